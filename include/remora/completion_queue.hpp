@@ -1,0 +1,46 @@
+// remora/completion_queue.hpp - where finished operations are reported.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <span>
+
+#include "remora/completion.hpp"
+#include "remora/result.hpp"
+
+namespace remora {
+
+namespace detail { struct CqImpl; }
+
+/// A queue of Completions, shared by any number of endpoints of one zone
+/// (for sends, receives or both). Thread-safe. Move-only.
+class CompletionQueue {
+ public:
+  CompletionQueue() = default;
+  explicit CompletionQueue(std::shared_ptr<detail::CqImpl> impl) : impl_(std::move(impl)) {}
+  CompletionQueue(CompletionQueue&&) noexcept = default;
+  CompletionQueue& operator=(CompletionQueue&&) noexcept = default;
+  CompletionQueue(const CompletionQueue&) = delete;
+  CompletionQueue& operator=(const CompletionQueue&) = delete;
+
+  bool valid() const noexcept { return impl_ != nullptr; }
+  /// Take up to out.size() completions without blocking (drives progress of
+  /// the attached endpoints on the calling thread). Returns how many.
+  std::size_t poll(std::span<Completion> out);
+  /// Like poll() but waits up to `timeout` for at least one completion.
+  /// Errors: Errc::timeout. A negative timeout waits forever.
+  Result<std::size_t> wait(std::span<Completion> out, std::chrono::milliseconds timeout);
+  /// A file descriptor that is readable while completions are queued, for
+  /// epoll/poll. Owned by the queue.
+  int fd() const noexcept;
+  /// Completions waiting to be taken.
+  std::size_t size() const noexcept;
+
+  const std::shared_ptr<detail::CqImpl>& impl() const noexcept { return impl_; }
+
+ private:
+  std::shared_ptr<detail::CqImpl> impl_;
+};
+
+}  // namespace remora

@@ -1,0 +1,64 @@
+// remora/fabric.hpp - an opened fabric provider on one address/interface.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "remora/protection_zone.hpp"
+#include "remora/result.hpp"
+
+namespace remora {
+
+namespace detail { struct FabricImpl; }
+
+struct FabricOptions {
+  std::string provider = "tcp";       ///< libfabric provider name
+  std::string address = "127.0.0.1";  ///< local address to bind (selects the interface)
+  bool busy_poll = false;             ///< target agents spin instead of sleeping
+};
+
+/// What a provider/interface pair can do, as reported by remora-info.
+struct FabricInfo {
+  std::string provider;
+  std::string fabric_name;
+  std::string domain_name;   ///< interface, on tcp
+  std::string address;
+  std::size_t max_segments = 0;
+  std::size_t max_message = 0;
+  std::size_t inject_size = 0;
+  bool native_atomics = false;
+  bool virtual_addressing = false;
+  bool requires_sync = false;  ///< non-coherent memory: dat_lmr_sync_* needed
+  bool odp = true;             ///< memory is never pinned
+};
+
+/// Enumerate usable provider/interface pairs (FI_EP_MSG with RMA).
+Result<std::vector<FabricInfo>> list_fabrics(const std::string& provider_filter = "");
+
+class Fabric {
+ public:
+  Fabric() = default;
+  explicit Fabric(std::shared_ptr<detail::FabricImpl> impl) : impl_(std::move(impl)) {}
+  Fabric(Fabric&&) noexcept = default;
+  Fabric& operator=(Fabric&&) noexcept = default;
+  Fabric(const Fabric&) = delete;
+  Fabric& operator=(const Fabric&) = delete;
+  ~Fabric();
+
+  /// Errors: not_supported (no such provider or it lacks MSG+RMA),
+  /// invalid_argument (address), provider_error.
+  static Result<Fabric> open(const FabricOptions& options = {});
+
+  bool valid() const noexcept { return impl_ != nullptr; }
+  const FabricInfo& info() const noexcept;
+  Result<ProtectionZone> create_zone();
+  void close() noexcept;
+
+ private:
+  std::shared_ptr<detail::FabricImpl> impl_;
+};
+
+}  // namespace remora

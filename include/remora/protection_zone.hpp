@@ -1,0 +1,59 @@
+// remora/protection_zone.hpp - a protection domain and its target agent.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "remora/access.hpp"
+#include "remora/completion_queue.hpp"
+#include "remora/endpoint.hpp"
+#include "remora/listener.hpp"
+#include "remora/memory_region.hpp"
+#include "remora/result.hpp"
+
+namespace remora {
+
+namespace detail { struct ZoneImpl; }
+
+/// A protection zone: regions, queues and endpoints of one zone work only
+/// with each other. Each zone runs a target agent (a progress thread) so a
+/// target that makes no calls still serves writes, reads, atomic writes and
+/// flushes. Move-only; children keep it alive.
+class ProtectionZone {
+ public:
+  ProtectionZone() = default;
+  explicit ProtectionZone(std::shared_ptr<detail::ZoneImpl> impl) : impl_(std::move(impl)) {}
+  ProtectionZone(ProtectionZone&&) noexcept = default;
+  ProtectionZone& operator=(ProtectionZone&&) noexcept = default;
+  ProtectionZone(const ProtectionZone&) = delete;
+  ProtectionZone& operator=(const ProtectionZone&) = delete;
+  ~ProtectionZone();
+
+  bool valid() const noexcept { return impl_ != nullptr; }
+  std::uint64_t id() const noexcept;
+
+  /// Register [addr, addr+len) with `access`. `persistent` declares that the
+  /// memory is a shared file mapping the caller made: PERSISTENT flushes of it
+  /// msync the covered pages. Errors: invalid_argument (null/zero length,
+  /// access none), no_memory, invalid_handle.
+  Result<MemoryRegion> register_memory(void* addr, std::size_t len, Access access, bool persistent = false);
+  /// Create (or open) `path`, size it to `len` bytes, map it with libpmem2
+  /// and register the mapping as a persistent region (cache flush on DAX,
+  /// msync otherwise). The mapping lives as long as the region.
+  Result<MemoryRegion> map_file(const std::string& path, std::size_t len, Access access);
+  Result<CompletionQueue> create_cq(std::size_t capacity_hint = 256);
+  Result<Endpoint> create_endpoint(const EndpointOptions& options);
+  /// Listen on address:port (port 0: any free port). Errors: address_in_use,
+  /// invalid_argument, provider_error.
+  Result<Listener> listen(const std::string& address, std::uint16_t port);
+
+  void close() noexcept;
+  const std::shared_ptr<detail::ZoneImpl>& impl() const noexcept { return impl_; }
+
+ private:
+  std::shared_ptr<detail::ZoneImpl> impl_;
+};
+
+}  // namespace remora

@@ -1,0 +1,128 @@
+// The target agent: one progress thread per protection zone.
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "core/impl.hpp"
+
+namespace remora::detail {
+
+Agent::Agent(ZoneImpl* zone, bool busy_poll) : zone_(zone), busy_(busy_poll) {
+  epfd_ = epoll_create1(EPOLL_CLOEXEC);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = wake_.fd();
+  epoll_ctl(epfd_, EPOLL_CTL_ADD, wake_.fd(), &ev);
+  ev.data.fd = zone_->domain->cm_wait_fd();
+  epoll_ctl(epfd_, EPOLL_CTL_ADD, ev.data.fd, &ev);
+}
+
+Agent::~Agent() {
+  stop();
+  if (epfd_ >= 0) ::close(epfd_);
+}
+
+void Agent::start() {
+  thread_ = std::thread([self = shared_from_this()] { self->run(); });
+}
+
+void Agent::stop() noexcept {
+  if (stop_.exchange(true)) return;
+  wake();
+  if (!thread_.joinable()) return;
+  if (thread_.get_id() == std::this_thread::get_id())
+    thread_.detach();  // the last reference to the zone dropped on this thread
+  else
+    thread_.join();
+}
+
+void Agent::wake() noexcept { wake_.raise(); }
+
+void Agent::add(const std::shared_ptr<EndpointImpl>& ep, int fd) {
+  std::lock_guard<std::mutex> lock(mu_);
+  endpoints_.push_back(ep);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
+  wake();
+}
+
+void Agent::remove(EndpointImpl* ep, int fd) {
+  std::lock_guard<std::mutex> lock(mu_);
+  epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+  std::erase_if(endpoints_, [ep](const auto& w) {
+    auto p = w.lock();
+    return !p || p.get() == ep;
+  });
+}
+
+void Agent::handle_cm(backend::CmEvent& ev) {
+  std::shared_ptr<EndpointImpl> ep;
+  std::shared_ptr<ListenerImpl> listener;
+  {
+    std::lock_guard<std::mutex> lock(zone_->cm_mu);
+    if (auto it = zone_->cm_endpoints.find(ev.cm_id); it != zone_->cm_endpoints.end()) ep = it->second.lock();
+    if (auto it = zone_->cm_listeners.find(ev.cm_id); it != zone_->cm_listeners.end()) listener = it->second.lock();
+  }
+  if (ep) {
+    ep->on_cm_event(ev);
+    return;
+  }
+  if (!listener || ev.kind != backend::CmEvent::conn_request) return;
+  std::lock_guard<std::mutex> lock(listener->mu);
+  if (listener->closed || !listener->pep) return;
+  wire::Hello h{};
+  if (ev.data.size() >= sizeof h) std::memcpy(&h, ev.data.data(), sizeof h);
+  if (h.magic != wire::kHelloMagic || h.header_len < sizeof h || h.header_len > ev.data.size()) {
+    (void)listener->pep->reject(ev.request, {});  // not a Remora peer
+    return;
+  }
+  auto req = std::make_shared<ConnRequestImpl>();
+  req->listener = listener;
+  req->request = ev.request;
+  req->peer_max_message = h.max_message;
+  req->private_data.assign(ev.data.begin() + h.header_len, ev.data.end());
+  if (listener->requests.empty()) listener->signal.raise();
+  listener->requests.push_back(std::move(req));
+  listener->cv.notify_all();
+}
+
+void Agent::run() {
+  std::vector<std::shared_ptr<EndpointImpl>> eps;
+  while (!stop_) {
+    int work = 0;
+    backend::CmEvent ev;
+    while (!stop_ && zone_->domain->next_cm_event(ev)) {
+      handle_cm(ev);
+      ++work;
+    }
+    eps.clear();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& w : endpoints_)
+        if (auto p = w.lock()) eps.push_back(std::move(p));
+    }
+    for (auto& ep : eps) work += ep->progress();
+    if (stop_) break;
+    if (busy_ || work > 0) {
+      eps.clear();
+      continue;
+    }
+    // Sleep only when the transport confirms nothing is pending.
+    bool can_sleep = zone_->domain->cm_try_wait();
+    for (auto& ep : eps) {
+      std::lock_guard<std::mutex> lock(ep->mu);
+      if (ep->conn && !ep->conn->try_wait()) can_sleep = false;
+    }
+    eps.clear();  // never keep an endpoint alive while asleep
+    if (!can_sleep) continue;
+    epoll_event out[16];
+    int n = epoll_wait(epfd_, out, 16, 100);
+    for (int i = 0; i < n; ++i)
+      if (out[i].data.fd == wake_.fd()) wake_.clear();
+  }
+}
+
+}  // namespace remora::detail

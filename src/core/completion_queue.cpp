@@ -1,0 +1,76 @@
+// CompletionQueue: a software queue fed by the endpoints that use it.
+#include <algorithm>
+
+#include "core/impl.hpp"
+
+namespace remora {
+namespace detail {
+
+void CqImpl::push(Completion c) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (queue.empty()) signal.raise();
+    queue.push_back(std::move(c));
+  }
+  cv.notify_all();
+}
+
+std::size_t CqImpl::take(std::span<Completion> out) {
+  std::lock_guard<std::mutex> lock(mu);
+  std::size_t n = std::min(out.size(), queue.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = std::move(queue.front());
+    queue.pop_front();
+  }
+  if (n > 0 && queue.empty()) signal.clear();
+  return n;
+}
+
+void CqImpl::drive() {
+  std::vector<std::shared_ptr<EndpointImpl>> eps;
+  {
+    std::lock_guard<std::mutex> lock(sources_mu);
+    std::erase_if(sources, [](const auto& w) { return w.expired(); });
+    for (auto& w : sources)
+      if (auto p = w.lock()) eps.push_back(std::move(p));
+  }
+  for (auto& ep : eps) ep->progress();
+}
+
+}  // namespace detail
+
+std::size_t CompletionQueue::poll(std::span<Completion> out) {
+  if (!impl_ || out.empty()) return 0;
+  std::size_t n = impl_->take(out);
+  if (n > 0) return n;
+  impl_->drive();
+  return impl_->take(out);
+}
+
+Result<std::size_t> CompletionQueue::wait(std::span<Completion> out, std::chrono::milliseconds timeout) {
+  if (!impl_) return Errc::invalid_handle;
+  if (out.empty()) return Errc::invalid_argument;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (std::size_t n = poll(out); n > 0) return n;
+    auto now = std::chrono::steady_clock::now();
+    if (timeout.count() >= 0 && now >= deadline) return Errc::timeout;
+    if (impl_->zone->busy_poll) continue;
+    // The agent makes progress meanwhile and notifies; the slice bounds the
+    // time a missed notification could cost.
+    std::unique_lock<std::mutex> lock(impl_->mu);
+    auto until = std::min(deadline, now + std::chrono::milliseconds(20));
+    if (timeout.count() < 0) until = now + std::chrono::milliseconds(20);
+    impl_->cv.wait_until(lock, until, [&] { return !impl_->queue.empty(); });
+  }
+}
+
+int CompletionQueue::fd() const noexcept { return impl_ ? impl_->signal.fd() : -1; }
+
+std::size_t CompletionQueue::size() const noexcept {
+  if (!impl_) return 0;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->queue.size();
+}
+
+}  // namespace remora

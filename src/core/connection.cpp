@@ -1,0 +1,427 @@
+// EndpointImpl: the per-connection engine. Posting, completion dispatch,
+// software receive matching, the control protocol (atomic write, flush,
+// goodbye) and the target-side checks. Every method here runs with `mu` held.
+#include <cerrno>
+#include <cstring>
+
+#include "core/impl.hpp"
+
+namespace remora::detail {
+namespace {
+
+std::error_code status_from_transport(int err) {
+  switch (err) {
+    case ECANCELED: return make_error_code(Errc::remote_access);
+    case ENOTCONN:
+    case ECONNRESET:
+    case ECONNABORTED:
+    case EPIPE:
+    case ESHUTDOWN: return make_error_code(Errc::flushed);
+    default: return make_error_code(Errc::provider_error);
+  }
+}
+
+std::error_code error_from_post(int rc) {
+  if (rc == -EAGAIN) return make_error_code(Errc::queue_full);
+  if (rc == -ENOTCONN || rc == -ECONNRESET || rc == -EPIPE) return make_error_code(Errc::not_connected);
+  return make_error_code(Errc::provider_error);
+}
+
+}  // namespace
+
+Result<void> EndpointImpl::setup_connection(const std::shared_ptr<void>& request) {
+  const std::size_t depth = options.max_outstanding;
+  const std::size_t nrx = options.max_recv;
+  auto c = zone->domain->create_connection(request, depth + 2 * nrx + 16);
+  if (!c) return c.error();
+  slots = std::vector<OpSlot>(depth);
+  free_slots.clear();
+  for (std::size_t i = 0; i < depth; ++i) {
+    slots[i].index = static_cast<std::uint32_t>(i);
+    free_slots.push_back(static_cast<std::uint32_t>(depth - 1 - i));
+  }
+  const std::size_t buf = std::max<std::size_t>(options.max_message, sizeof(wire::Ctl));
+  rx_memory.assign(buf * nrx, 0);
+  auto key = zone->domain->register_memory(rx_memory.data(), rx_memory.size(), Access::local_write,
+                                           zone->random_key());
+  if (!key) return key.error();
+  rx_key = std::move(*key);
+  rx = std::vector<OpSlot>(nrx);
+  conn = std::move(*c);
+  for (std::size_t i = 0; i < nrx; ++i) {
+    rx[i].kind = OpSlot::Kind::recv_buffer;
+    rx[i].iov[0] = backend::Iov{rx_memory.data() + i * buf, buf, rx_key->desc()};
+    rx[i].iov_count = 1;
+    if (int rc = conn->recv(rx[i].iov[0].addr, buf, rx[i].iov[0].desc, &rx[i].hdr); rc) {
+      conn.reset();
+      return error_from_post(rc);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(zone->cm_mu);
+    zone->cm_endpoints[conn->cm_id()] = weak_from_this();
+  }
+  zone->agent->add(shared_from_this(), conn->wait_fd());
+  return {};
+}
+
+void EndpointImpl::repost(OpSlot& s) {
+  // A failure here means the connection is going away; the shutdown event
+  // that follows flushes everything.
+  (void)conn->recv(s.iov[0].addr, s.iov[0].len, s.iov[0].desc, &s.hdr);
+}
+
+Result<std::uint32_t> EndpointImpl::take_slot() {
+  if (free_slots.empty()) return Errc::queue_full;
+  std::uint32_t i = free_slots.back();
+  free_slots.pop_back();
+  return i;
+}
+
+void EndpointImpl::release_slot(std::uint32_t i) {
+  OpSlot& s = slots[i];
+  s.kind = OpSlot::Kind::free;
+  s.posted = false;
+  ++s.generation;
+  free_slots.push_back(i);
+}
+
+int EndpointImpl::post_slot(OpSlot& s) {
+  std::span<const backend::Iov> iov(s.iov, s.iov_count);
+  int rc = 0;
+  switch (s.kind) {
+    case OpSlot::Kind::write: rc = conn->write(iov, s.raddr, s.rbase, s.rkey, s.with_data, s.data, false, &s.hdr); break;
+    case OpSlot::Kind::read: rc = conn->read(iov, s.raddr, s.rbase, s.rkey, false, &s.hdr); break;
+    case OpSlot::Kind::send: rc = conn->send(iov, s.data, false, &s.hdr); break;
+    case OpSlot::Kind::ctl:
+      s.ctl.token = (std::uint64_t{s.generation} << 32) | s.index;
+      rc = conn->inject(&s.ctl, sizeof s.ctl, wire::data(wire::ctl_request));
+      break;
+    default: return -EINVAL;
+  }
+  if (rc == 0) {
+    s.posted = true;
+    ++in_flight;
+  }
+  return rc;
+}
+
+Result<void> EndpointImpl::submit(std::uint32_t index) {
+  OpSlot& s = slots[index];
+  if (!deferred.empty() || (s.fence && in_flight > 0)) {
+    deferred.push_back(index);
+    return {};
+  }
+  if (int rc = post_slot(s); rc) {
+    release_slot(index);
+    return error_from_post(rc);
+  }
+  return {};
+}
+
+void EndpointImpl::pump_deferred() {
+  while (state == EndpointState::connected && !deferred.empty()) {
+    OpSlot& s = slots[deferred.front()];
+    if (s.fence && in_flight > 0) return;
+    int rc = post_slot(s);
+    if (rc == -EAGAIN) return;  // retried after the next completion
+    deferred.pop_front();
+    if (rc) {
+      complete(s, error_from_post(rc));
+      fail(ConnectionEventType::lost);
+      return;
+    }
+  }
+}
+
+void EndpointImpl::complete(OpSlot& s, std::error_code status) {
+  Completion c = s.done;
+  c.status = status;
+  const bool report = status || s.signalled;
+  release_slot(s.index);
+  if (report) send_cq->push(std::move(c));
+}
+
+void EndpointImpl::flush_all() {
+  for (auto& s : slots)
+    if (s.kind != OpSlot::Kind::free) complete(s, make_error_code(Errc::flushed));
+  deferred.clear();
+  in_flight = 0;
+  while (!posted_recvs.empty()) {
+    Completion c;
+    c.cookie = posted_recvs.front().cookie;
+    c.op = Opcode::recv;
+    c.status = make_error_code(Errc::flushed);
+    c.endpoint_id = id;
+    posted_recvs.pop_front();
+    recv_cq->push(std::move(c));
+  }
+  pending_replies.clear();
+}
+
+void EndpointImpl::fail(ConnectionEventType ev) {
+  if (state != EndpointState::connected) return;
+  state = EndpointState::error;
+  conn->shutdown();
+  flush_all();
+  push_event(ConnectionEvent{ev, {}});
+}
+
+void EndpointImpl::handle(const backend::CqEntry& e) {
+  if (e.context == nullptr) {
+    // Remote write with immediate data at the target.
+    if (e.err == 0 && (e.flags & backend::kCqRemoteData) && wire::kind_of(e.data) == wire::write_imm) {
+      Incoming in;
+      in.write_imm = true;
+      in.has_imm = true;
+      in.imm = static_cast<std::uint32_t>(e.data);
+      in.length = e.len;
+      deliver(std::move(in));
+    }
+    return;
+  }
+  auto* s = reinterpret_cast<OpSlot*>(e.context);
+  if (s->kind == OpSlot::Kind::recv_buffer) {
+    if (e.err != 0 || state != EndpointState::connected) return;
+    handle_message(*s, e);
+    if (state == EndpointState::connected) repost(*s);
+    return;
+  }
+  if (s->kind == OpSlot::Kind::free || !s->posted) return;  // already flushed
+  s->posted = false;
+  --in_flight;
+  if (e.err != 0) {
+    complete(*s, status_from_transport(e.err));
+    fail(ConnectionEventType::lost);
+    return;
+  }
+  complete(*s, {});
+}
+
+void EndpointImpl::handle_message(OpSlot& rxs, const backend::CqEntry& e) {
+  if (!(e.flags & backend::kCqRemoteData)) return;  // not from a Remora peer
+  const auto* bytes = static_cast<const std::uint8_t*>(rxs.iov[0].addr);
+  switch (wire::kind_of(e.data)) {
+    case wire::user_msg:
+    case wire::user_msg_imm: {
+      Incoming in;
+      in.has_imm = wire::kind_of(e.data) == wire::user_msg_imm;
+      in.imm = static_cast<std::uint32_t>(e.data);
+      in.length = e.len;
+      in.bytes.assign(bytes, bytes + e.len);
+      deliver(std::move(in));
+      return;
+    }
+    case wire::ctl_request:
+    case wire::ctl_reply: {
+      wire::Ctl m;
+      if (e.len != sizeof m) return;
+      std::memcpy(&m, bytes, sizeof m);
+      if (m.magic != wire::kCtlMagic) return;
+      if (wire::kind_of(e.data) == wire::ctl_request)
+        handle_request(m);
+      else
+        handle_reply(m);
+      return;
+    }
+    default: return;
+  }
+}
+
+void EndpointImpl::deliver(Incoming in) {
+  if (posted_recvs.empty()) {
+    unmatched.push_back(std::move(in));
+    return;
+  }
+  PostedRecv pr = std::move(posted_recvs.front());
+  posted_recvs.pop_front();
+  Completion c;
+  c.cookie = pr.cookie;
+  c.op = in.write_imm ? Opcode::recv_write_imm : Opcode::recv;
+  c.imm = in.imm;
+  c.has_imm = in.has_imm;
+  c.endpoint_id = id;
+  std::size_t copied = 0;
+  for (const auto& v : pr.iov) {
+    if (copied == in.bytes.size()) break;
+    std::size_t n = std::min(v.len, in.bytes.size() - copied);
+    std::memcpy(v.addr, in.bytes.data() + copied, n);
+    copied += n;
+  }
+  if (copied < in.bytes.size()) c.status = make_error_code(Errc::length_error);
+  c.length = in.write_imm ? in.length : copied;
+  recv_cq->push(std::move(c));
+}
+
+void EndpointImpl::handle_request(const wire::Ctl& req) {
+  if (req.op == wire::op_bye) {
+    peer_said_bye = true;
+    return;
+  }
+  wire::Ctl rep = req;
+  rep.status = static_cast<std::uint16_t>(Errc::remote_access);
+  {
+    std::shared_lock<std::shared_mutex> lock(zone->regions_mu);
+    auto it = zone->regions.find(req.key);
+    // The agent's checks: a known key, the range inside the region and the
+    // privilege the operation needs. Nothing is touched otherwise.
+    if (it != zone->regions.end()) {
+      RegionImpl& r = *it->second;
+      const void* p = reinterpret_cast<const void*>(req.addr);
+      if (r.contains(p, req.len)) {
+        if (req.op == wire::op_atomic_write && has(r.access, Access::remote_write) && req.len == 8 &&
+            req.addr % 8 == 0) {
+          __atomic_store_n(reinterpret_cast<std::uint64_t*>(req.addr), req.value, __ATOMIC_SEQ_CST);
+          rep.status = 0;
+        } else if (req.op == wire::op_flush &&
+                   (has(r.access, Access::remote_write) || has(r.access, Access::remote_read))) {
+          if (req.flush_type == static_cast<std::uint8_t>(FlushType::persistent)) {
+            auto pr = r.persist(req.addr, req.len);
+            rep.status = pr ? 0 : static_cast<std::uint16_t>(pr.error() == Errc::not_supported ? Errc::not_supported : Errc::io_error);
+          } else {
+            __atomic_thread_fence(__ATOMIC_SEQ_CST);
+            rep.status = 0;
+          }
+        }
+      }
+    }
+  }
+  pending_replies.push_back(rep);
+  flush_replies();
+}
+
+void EndpointImpl::flush_replies() {
+  while (!pending_replies.empty() && conn) {
+    int rc = conn->inject(&pending_replies.front(), sizeof(wire::Ctl), wire::data(wire::ctl_reply));
+    if (rc == -EAGAIN) return;
+    pending_replies.pop_front();
+  }
+}
+
+void EndpointImpl::handle_reply(const wire::Ctl& rep) {
+  auto idx = static_cast<std::uint32_t>(rep.token);
+  auto gen = static_cast<std::uint32_t>(rep.token >> 32);
+  if (idx >= slots.size()) return;
+  OpSlot& s = slots[idx];
+  if (s.kind != OpSlot::Kind::ctl || s.generation != gen || !s.posted) return;
+  s.posted = false;
+  --in_flight;
+  if (rep.status == 0) {
+    complete(s, {});
+    return;
+  }
+  complete(s, make_error_code(Errc::remote_access));
+  fail(ConnectionEventType::lost);
+}
+
+int EndpointImpl::progress() {
+  std::lock_guard<std::mutex> lock(mu);
+  if (!conn || closed) return 0;
+  int total = 0;
+  backend::CqEntry entries[16];
+  for (;;) {
+    int n = conn->poll(entries);
+    if (n <= 0) break;
+    for (int i = 0; i < n; ++i) handle(entries[i]);
+    total += n;
+    if (!conn || n < 16) break;
+  }
+  if (conn) {
+    flush_replies();
+    pump_deferred();
+  }
+  return total;
+}
+
+void EndpointImpl::push_event(ConnectionEvent ev) {
+  {
+    std::lock_guard<std::mutex> lock(ev_mu);
+    if (events.empty()) ev_signal.raise();
+    events.push_back(std::move(ev));
+  }
+  ev_cv.notify_all();
+}
+
+void EndpointImpl::on_cm_event(backend::CmEvent& ev) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (!conn) return;
+  const EndpointState st = state;
+  switch (ev.kind) {
+    case backend::CmEvent::connected: {
+      if (st != EndpointState::connect_pending) return;
+      std::vector<std::uint8_t> user;
+      if (ev.data.size() >= sizeof(wire::Hello)) {
+        wire::Hello h;
+        std::memcpy(&h, ev.data.data(), sizeof h);
+        if (h.magic == wire::kHelloMagic) {
+          peer_max_message = h.max_message;
+          user.assign(ev.data.begin() + h.header_len, ev.data.end());
+        }
+      }
+      state = EndpointState::connected;
+      push_event(ConnectionEvent{ConnectionEventType::established, std::move(user)});
+      pump_deferred();
+      return;
+    }
+    case backend::CmEvent::shutdown:
+    case backend::CmEvent::error: {
+      if (st == EndpointState::connect_pending) {
+        ConnectionEvent out{ConnectionEventType::unreachable, {}};
+        if (ev.kind == backend::CmEvent::error && ev.err == ECONNREFUSED && ev.data.size() >= sizeof(wire::Hello)) {
+          wire::Hello h;
+          std::memcpy(&h, ev.data.data(), sizeof h);
+          if (h.magic == wire::kHelloMagic && h.header_len <= ev.data.size()) {
+            out.type = ConnectionEventType::rejected;
+            out.private_data.assign(ev.data.begin() + h.header_len, ev.data.end());
+          }
+        }
+        state = EndpointState::disconnected;
+        flush_all();
+        push_event(std::move(out));
+        return;
+      }
+      if (st != EndpointState::connected) return;
+      // Take what already arrived (the peer's goodbye among it) first.
+      backend::CqEntry entries[16];
+      for (int n; conn && (n = conn->poll(entries)) > 0;)
+        for (int i = 0; i < n; ++i) handle(entries[i]);
+      if (state != EndpointState::connected) return;
+      state = peer_said_bye ? EndpointState::disconnected : EndpointState::error;
+      flush_all();
+      push_event(ConnectionEvent{peer_said_bye ? ConnectionEventType::disconnected : ConnectionEventType::lost, {}});
+      return;
+    }
+    default: return;
+  }
+}
+
+EndpointImpl::~EndpointImpl() { close(); }
+
+void EndpointImpl::close() noexcept {
+  std::unique_ptr<backend::Connection> c;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (closed) return;
+    closed = true;
+    if (conn && state == EndpointState::connected) {
+      wire::Ctl bye{};
+      bye.magic = wire::kCtlMagic;
+      bye.op = wire::op_bye;
+      (void)conn->inject(&bye, sizeof bye, wire::data(wire::ctl_request));
+      conn->shutdown();
+    }
+    flush_all();
+    if (state == EndpointState::connected || state == EndpointState::connect_pending)
+      state = EndpointState::disconnected;
+    c = std::move(conn);
+  }
+  if (c) {
+    zone->agent->remove(this, c->wait_fd());
+    {
+      std::lock_guard<std::mutex> lock(zone->cm_mu);
+      zone->cm_endpoints.erase(c->cm_id());
+    }
+  }
+}
+
+}  // namespace remora::detail

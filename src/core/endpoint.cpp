@@ -1,0 +1,320 @@
+// Endpoint: the synchronous checks of DESIGN.md, then hand-off to the engine.
+#include <cstring>
+#include <optional>
+
+#include "core/impl.hpp"
+
+namespace remora {
+namespace {
+
+using detail::EndpointImpl;
+using detail::OpSlot;
+namespace wire = detail::wire;
+
+struct Checked {
+  backend::Iov iov[8];
+  std::size_t count = 0;
+  std::uint64_t total = 0;
+};
+
+/// Local segment checks: handle, zone, bounds, privilege.
+Result<Checked> check_segments(const EndpointImpl& ep, std::span<const Segment> segs, Access need) {
+  const std::size_t limit = std::min<std::size_t>(8, ep.zone->fabric->transport->info().max_segments);
+  if (segs.size() > limit) return Errc::invalid_argument;
+  Checked out;
+  for (const Segment& s : segs) {
+    if (s.region == nullptr || !s.region->valid()) return Errc::invalid_handle;
+    const auto& r = *s.region->impl();
+    if (r.zone != ep.zone) return Errc::zone_mismatch;
+    if (s.length > 0 && !r.contains(s.address, s.length)) return Errc::invalid_argument;
+    if (!has(r.access, need)) return Errc::privileges;
+    out.iov[out.count++] = backend::Iov{const_cast<void*>(s.address), s.length, r.mkey->desc()};
+    out.total += s.length;
+  }
+  return out;
+}
+
+Result<void> check_remote(const RemoteRegion& dst, std::uint64_t offset, std::uint64_t len, Access need) {
+  if (offset > dst.length() || len > dst.length() - offset) return Errc::length_error;
+  if (need != Access::none && !has(dst.access(), need)) return Errc::privileges;
+  return {};
+}
+
+/// Everything needed to fill a slot.
+struct OpSpec {
+  OpSlot::Kind kind;
+  Opcode opcode;
+  const Checked* local = nullptr;
+  std::uint64_t length = 0;
+  std::optional<RemoteRegion> remote;
+  std::uint64_t offset = 0;
+  bool with_data = false;
+  std::uint64_t data = 0;
+  wire::Ctl ctl{};
+};
+
+/// State check, slot, submit. In the disconnected/error states the operation
+/// is reported at once as flushed.
+Result<void> post(EndpointImpl* ep, const OpSpec& op, std::uint64_t cookie, PostFlags flags) {
+  std::lock_guard<std::mutex> lock(ep->mu);
+  if (ep->closed) return Errc::invalid_handle;
+  const EndpointState st = ep->state;
+  if (st == EndpointState::disconnected || st == EndpointState::error) {
+    Completion c;
+    c.cookie = cookie;
+    c.op = op.opcode;
+    c.status = make_error_code(Errc::flushed);
+    c.endpoint_id = ep->id;
+    ep->send_cq->push(std::move(c));
+    return {};
+  }
+  if (st != EndpointState::connected) return Errc::invalid_state;
+  if (op.kind == OpSlot::Kind::send && op.length > ep->peer_max_message) return Errc::length_error;
+  auto idx = ep->take_slot();
+  if (!idx) return idx.error();
+  OpSlot& s = ep->slots[*idx];
+  s.kind = op.kind;
+  s.done = Completion{};
+  s.done.cookie = cookie;
+  s.done.op = op.opcode;
+  s.done.length = op.length;
+  s.done.endpoint_id = ep->id;
+  s.signalled = !has(flags, PostFlags::unsignalled);
+  s.fence = has(flags, PostFlags::fence);
+  s.posted = false;
+  s.iov_count = 0;
+  if (op.local) {
+    std::copy(op.local->iov, op.local->iov + op.local->count, s.iov);
+    s.iov_count = op.local->count;
+  }
+  if (op.remote) {
+    s.rbase = op.remote->address();
+    s.raddr = op.remote->address() + op.offset;
+    s.rkey = op.remote->key();
+  }
+  s.with_data = op.with_data;
+  s.data = op.data;
+  s.ctl = op.ctl;
+  return ep->submit(*idx);
+}
+
+Result<void> rma(EndpointImpl* ep, bool is_write, std::span<const Segment> segs, const RemoteRegion& r,
+                 std::uint64_t off, bool with_imm, std::uint32_t imm, std::uint64_t cookie, PostFlags flags) {
+  if (ep == nullptr) return Errc::invalid_handle;
+  auto local = check_segments(*ep, segs, is_write ? Access::local_read : Access::local_write);
+  if (!local) return local.error();
+  if (auto c = check_remote(r, off, local->total, is_write ? Access::remote_write : Access::remote_read); !c)
+    return c.error();
+  OpSpec op{is_write ? OpSlot::Kind::write : OpSlot::Kind::read, is_write ? Opcode::write : Opcode::read};
+  op.local = &*local;
+  op.length = local->total;
+  op.remote = r;
+  op.offset = off;
+  op.with_data = with_imm;
+  op.data = with_imm ? wire::data(wire::write_imm, imm) : 0;
+  return post(ep, op, cookie, flags);
+}
+
+Result<void> message(EndpointImpl* ep, std::span<const Segment> segs, bool with_imm, std::uint32_t imm,
+                     std::uint64_t cookie, PostFlags flags) {
+  if (ep == nullptr) return Errc::invalid_handle;
+  auto local = check_segments(*ep, segs, Access::local_read);
+  if (!local) return local.error();
+  OpSpec op{OpSlot::Kind::send, Opcode::send};
+  op.local = &*local;
+  op.length = local->total;
+  op.data = with_imm ? wire::data(wire::user_msg_imm, imm) : wire::data(wire::user_msg);
+  return post(ep, op, cookie, flags);
+}
+
+}  // namespace
+
+Endpoint::~Endpoint() = default;
+
+std::uint64_t Endpoint::id() const noexcept { return impl_ ? impl_->id : 0; }
+EndpointState Endpoint::state() const noexcept { return impl_ ? impl_->state.load() : EndpointState::disconnected; }
+
+std::size_t Endpoint::max_segments() const noexcept {
+  return impl_ ? std::min<std::size_t>(8, impl_->zone->fabric->transport->info().max_segments) : 0;
+}
+
+std::size_t Endpoint::peer_max_message() const noexcept {
+  if (!impl_) return 0;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->peer_max_message;
+}
+
+static std::vector<std::uint8_t> hello(std::uint32_t max_message, std::span<const std::uint8_t> user) {
+  wire::Hello h{wire::kHelloMagic, 1, sizeof(wire::Hello), max_message, 0};
+  std::vector<std::uint8_t> out(sizeof h + user.size());
+  std::memcpy(out.data(), &h, sizeof h);
+  if (!user.empty()) std::memcpy(out.data() + sizeof h, user.data(), user.size());
+  return out;
+}
+
+namespace detail {
+std::vector<std::uint8_t> make_hello(std::uint32_t max_message, std::span<const std::uint8_t> user) {
+  return hello(max_message, user);
+}
+}  // namespace detail
+
+Result<void> Endpoint::connect(const std::string& host, std::uint16_t port, std::span<const std::uint8_t> pdata) {
+  if (!impl_) return Errc::invalid_handle;
+  if (pdata.size() > kMaxPrivateData || host.empty()) return Errc::invalid_argument;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->closed) return Errc::invalid_handle;
+  if (impl_->state != EndpointState::unconnected) return Errc::invalid_state;
+  if (auto r = impl_->setup_connection(nullptr); !r) return r.error();
+  auto r = impl_->conn->connect(host, port, hello(impl_->options.max_message, pdata));
+  if (!r) {
+    impl_->conn.reset();
+    return r.error();
+  }
+  impl_->state = EndpointState::connect_pending;
+  return {};
+}
+
+Result<ConnectionEvent> Endpoint::next_event(std::chrono::milliseconds timeout) {
+  if (!impl_) return Errc::invalid_handle;
+  std::unique_lock<std::mutex> lock(impl_->ev_mu);
+  auto ready = [&] { return !impl_->events.empty(); };
+  if (timeout.count() < 0)
+    impl_->ev_cv.wait(lock, ready);
+  else if (!impl_->ev_cv.wait_for(lock, timeout, ready))
+    return Errc::timeout;
+  ConnectionEvent ev = std::move(impl_->events.front());
+  impl_->events.pop_front();
+  if (impl_->events.empty()) impl_->ev_signal.clear();
+  return ev;
+}
+
+Result<std::vector<std::uint8_t>> Endpoint::connect_and_wait(const std::string& host, std::uint16_t port,
+                                                             std::span<const std::uint8_t> pdata,
+                                                             std::chrono::milliseconds timeout) {
+  if (auto r = connect(host, port, pdata); !r) return r.error();
+  auto ev = next_event(timeout);
+  if (!ev) return ev.error();
+  switch (ev->type) {
+    case ConnectionEventType::established: return std::move(ev->private_data);
+    case ConnectionEventType::rejected: return Errc::connection_rejected;
+    case ConnectionEventType::unreachable: return Errc::unreachable;
+    default: return Errc::not_connected;
+  }
+}
+
+int Endpoint::event_fd() const noexcept { return impl_ ? impl_->ev_signal.fd() : -1; }
+
+Result<void> Endpoint::disconnect() {
+  if (!impl_) return Errc::invalid_handle;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto* ep = impl_.get();
+  if (ep->closed) return Errc::invalid_handle;
+  const EndpointState st = ep->state;
+  if (st == EndpointState::connected) {
+    wire::Ctl bye{};
+    bye.magic = wire::kCtlMagic;
+    bye.op = wire::op_bye;
+    (void)ep->conn->inject(&bye, sizeof bye, wire::data(wire::ctl_request));
+  }
+  if (st == EndpointState::connected || st == EndpointState::connect_pending) {
+    ep->conn->shutdown();
+    backend::CqEntry entries[16];
+    for (int n; (n = ep->conn->poll(entries)) > 0;)
+      for (int i = 0; i < n; ++i) ep->handle(entries[i]);
+    ep->state = EndpointState::disconnected;
+    ep->flush_all();
+    ep->push_event(ConnectionEvent{ConnectionEventType::disconnected, {}});
+  }
+  return {};
+}
+
+Result<void> Endpoint::write(std::span<const Segment> src, const RemoteRegion& dst, std::uint64_t off,
+                             std::uint64_t cookie, PostFlags flags) {
+  return rma(impl_.get(), true, src, dst, off, false, 0, cookie, flags);
+}
+
+Result<void> Endpoint::write_imm(std::span<const Segment> src, const RemoteRegion& dst, std::uint64_t off,
+                                 std::uint32_t imm, std::uint64_t cookie, PostFlags flags) {
+  return rma(impl_.get(), true, src, dst, off, true, imm, cookie, flags);
+}
+
+Result<void> Endpoint::read(std::span<const Segment> dst, const RemoteRegion& src, std::uint64_t off,
+                            std::uint64_t cookie, PostFlags flags) {
+  return rma(impl_.get(), false, dst, src, off, false, 0, cookie, flags);
+}
+
+Result<void> Endpoint::send(std::span<const Segment> src, std::uint64_t cookie, PostFlags flags) {
+  return message(impl_.get(), src, false, 0, cookie, flags);
+}
+
+Result<void> Endpoint::send_imm(std::span<const Segment> src, std::uint32_t imm, std::uint64_t cookie,
+                                PostFlags flags) {
+  return message(impl_.get(), src, true, imm, cookie, flags);
+}
+
+Result<void> Endpoint::recv(std::span<const Segment> dst, std::uint64_t cookie) {
+  if (!impl_) return Errc::invalid_handle;
+  auto local = check_segments(*impl_, dst, Access::local_write);
+  if (!local) return local.error();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto* ep = impl_.get();
+  if (ep->closed) return Errc::invalid_handle;
+  if (ep->state == EndpointState::disconnected || ep->state == EndpointState::error) {
+    Completion c;
+    c.cookie = cookie;
+    c.op = Opcode::recv;
+    c.status = make_error_code(Errc::flushed);
+    c.endpoint_id = ep->id;
+    ep->recv_cq->push(std::move(c));
+    return {};
+  }
+  if (ep->posted_recvs.size() >= ep->options.max_recv) return Errc::queue_full;
+  ep->posted_recvs.push_back(detail::PostedRecv{cookie, {local->iov, local->iov + local->count}});
+  if (!ep->unmatched.empty()) {
+    detail::Incoming in = std::move(ep->unmatched.front());
+    ep->unmatched.pop_front();
+    ep->deliver(std::move(in));
+  }
+  return {};
+}
+
+Result<void> Endpoint::atomic_write(const RemoteRegion& dst, std::uint64_t off, std::uint64_t value,
+                                    std::uint64_t cookie, PostFlags flags) {
+  if (!impl_) return Errc::invalid_handle;
+  if ((dst.address() + off) % 8 != 0) return Errc::invalid_argument;
+  if (auto c = check_remote(dst, off, 8, Access::remote_write); !c) return c.error();
+  OpSpec op{OpSlot::Kind::ctl, Opcode::atomic_write};
+  op.length = 8;
+  op.ctl.magic = wire::kCtlMagic;
+  op.ctl.op = wire::op_atomic_write;
+  op.ctl.key = dst.key();
+  op.ctl.addr = dst.address() + off;
+  op.ctl.len = 8;
+  op.ctl.value = value;
+  return post(impl_.get(), op, cookie, flags);
+}
+
+Result<void> Endpoint::flush(const RemoteRegion& dst, std::uint64_t off, std::uint64_t len, FlushType type,
+                             std::uint64_t cookie, PostFlags flags) {
+  if (!impl_) return Errc::invalid_handle;
+  if (type != FlushType::visibility && type != FlushType::persistent) return Errc::invalid_argument;
+  if (auto c = check_remote(dst, off, len, Access::none); !c) return c.error();
+  if (dst.access() == Access::none) return Errc::privileges;
+  if (type == FlushType::persistent && !dst.persistent()) return Errc::not_supported;
+  OpSpec op{OpSlot::Kind::ctl, Opcode::flush};
+  op.length = len;
+  op.ctl.magic = wire::kCtlMagic;
+  op.ctl.op = wire::op_flush;
+  op.ctl.flush_type = static_cast<std::uint8_t>(type);
+  op.ctl.key = dst.key();
+  op.ctl.addr = dst.address() + off;
+  op.ctl.len = len;
+  return post(impl_.get(), op, cookie, flags);
+}
+
+void Endpoint::close() noexcept {
+  if (impl_) impl_->close();
+  impl_.reset();
+}
+
+}  // namespace remora

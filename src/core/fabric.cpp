@@ -1,0 +1,42 @@
+// Fabric and ProtectionZone handles.
+#include "core/impl.hpp"
+
+namespace remora {
+
+Result<std::vector<FabricInfo>> list_fabrics(const std::string& provider_filter) {
+  return backend::Transport::list(provider_filter);
+}
+
+Result<Fabric> Fabric::open(const FabricOptions& options) {
+  auto t = backend::Transport::open(options);
+  if (!t) return t.error();
+  auto impl = std::make_shared<detail::FabricImpl>();
+  impl->transport = std::move(*t);
+  impl->options = options;
+  return Fabric(std::move(impl));
+}
+
+Fabric::~Fabric() = default;
+
+const FabricInfo& Fabric::info() const noexcept {
+  static const FabricInfo empty;
+  return impl_ ? impl_->transport->info() : empty;
+}
+
+Result<ProtectionZone> Fabric::create_zone() {
+  if (!impl_) return Errc::invalid_handle;
+  auto d = impl_->transport->open_domain();
+  if (!d) return d.error();
+  auto zone = std::make_shared<detail::ZoneImpl>();
+  zone->fabric = impl_;
+  zone->domain = std::move(*d);
+  zone->id = detail::next_object_id();
+  zone->busy_poll = impl_->options.busy_poll;
+  zone->agent = std::make_shared<detail::Agent>(zone.get(), zone->busy_poll);
+  zone->agent->start();
+  return ProtectionZone(std::move(zone));
+}
+
+void Fabric::close() noexcept { impl_.reset(); }
+
+}  // namespace remora

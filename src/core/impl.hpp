@@ -1,0 +1,274 @@
+// src/core/impl.hpp - internal object model behind the public handles.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <shared_mutex>
+#include <thread>
+#include <vector>
+
+#include "fabric/backend.hpp"
+#include "remora/remora.hpp"
+
+namespace remora::detail {
+
+class Agent;
+struct EndpointImpl;
+struct ListenerImpl;
+
+/// An eventfd that is readable while a queue is non-empty.
+class Signal {
+ public:
+  Signal();
+  ~Signal();
+  Signal(const Signal&) = delete;
+  Signal& operator=(const Signal&) = delete;
+  void raise() noexcept;
+  void clear() noexcept;
+  int fd() const noexcept { return fd_; }
+
+ private:
+  int fd_;
+};
+
+struct FabricImpl {
+  std::shared_ptr<backend::Transport> transport;
+  FabricOptions options;
+};
+
+struct RegionImpl;
+
+struct ZoneImpl : std::enable_shared_from_this<ZoneImpl> {
+  ~ZoneImpl();
+  std::shared_ptr<FabricImpl> fabric;
+  std::unique_ptr<backend::Domain> domain;
+  std::uint64_t id = 0;
+  bool busy_poll = false;
+  std::shared_ptr<Agent> agent;
+
+  // Regions by remote key, for the agent's checks of incoming requests.
+  std::shared_mutex regions_mu;
+  std::map<std::uint64_t, RegionImpl*> regions;
+
+  // Connection-management routing: transport identity -> object.
+  std::mutex cm_mu;
+  std::map<const void*, std::weak_ptr<EndpointImpl>> cm_endpoints;
+  std::map<const void*, std::weak_ptr<ListenerImpl>> cm_listeners;
+
+  std::mutex rng_mu;
+  std::mt19937_64 rng{std::random_device{}()};
+  std::uint64_t random_key();
+};
+
+struct RegionImpl {
+  ~RegionImpl();
+  void close() noexcept;
+  Result<void> persist(std::uint64_t addr, std::uint64_t len) const;
+  bool contains(const void* addr, std::size_t len) const noexcept {
+    auto a = reinterpret_cast<std::uintptr_t>(addr);
+    auto b = reinterpret_cast<std::uintptr_t>(base);
+    return a >= b && len <= length && a - b <= length - len;
+  }
+
+  std::shared_ptr<ZoneImpl> zone;
+  void* base = nullptr;
+  std::size_t length = 0;
+  Access access = Access::none;
+  bool persistent = false;
+  std::unique_ptr<backend::MemoryKey> mkey;
+  std::uint64_t key = 0;
+  bool registered = false;  // listed in zone->regions
+  // Set for ProtectionZone::map_file regions.
+  struct pmem2_map* map = nullptr;
+  void (*persist_fn)(const void*, std::size_t) = nullptr;
+  int fd = -1;
+  std::atomic<bool> closed{false};
+};
+
+struct CqImpl {
+  std::shared_ptr<ZoneImpl> zone;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Completion> queue;
+  Signal signal;
+  std::mutex sources_mu;
+  std::vector<std::weak_ptr<EndpointImpl>> sources;
+
+  void push(Completion c);
+  std::size_t take(std::span<Completion> out);
+  void drive();
+};
+
+struct ListenerImpl {
+  ~ListenerImpl();
+  void close() noexcept;
+  std::shared_ptr<ZoneImpl> zone;
+  std::unique_ptr<backend::PassiveEndpoint> pep;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::shared_ptr<struct ConnRequestImpl>> requests;
+  Signal signal;
+  bool closed = false;
+};
+
+struct ConnRequestImpl {
+  std::weak_ptr<ListenerImpl> listener;
+  std::shared_ptr<void> request;  // backend request info
+  std::vector<std::uint8_t> private_data;
+  std::uint32_t peer_max_message = 0;
+  bool used = false;
+};
+
+/// Wire formats (little-endian hosts only, as libfabric's tcp provider).
+namespace wire {
+constexpr std::uint32_t kHelloMagic = 0x524d5231;  // "RMR1"
+constexpr std::uint32_t kCtlMagic = 0x524d4331;    // "RMC1"
+struct Hello {
+  std::uint32_t magic;
+  std::uint16_t version;
+  std::uint16_t header_len;
+  std::uint32_t max_message;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(Hello) == 16);
+
+enum Kind : std::uint8_t { user_msg = 1, user_msg_imm = 2, ctl_request = 3, ctl_reply = 4, write_imm = 5 };
+inline std::uint64_t data(Kind k, std::uint32_t imm = 0) { return (std::uint64_t{k} << 56) | imm; }
+inline Kind kind_of(std::uint64_t d) { return static_cast<Kind>(d >> 56); }
+
+enum CtlOp : std::uint8_t { op_atomic_write = 1, op_flush = 2, op_bye = 3 };
+struct Ctl {
+  std::uint32_t magic;
+  std::uint8_t op;
+  std::uint8_t flush_type;
+  std::uint16_t status;  // Errc value in replies, 0 = success
+  std::uint64_t token;
+  std::uint64_t key;
+  std::uint64_t addr;
+  std::uint64_t len;
+  std::uint64_t value;
+};
+static_assert(sizeof(Ctl) == 48);
+}  // namespace wire
+
+/// One posted operation. The transport header must come first.
+struct OpSlot {
+  backend::OpSlotHeader hdr;
+  enum class Kind : std::uint8_t { free, write, read, send, ctl, recv_buffer } kind = Kind::free;
+  std::uint32_t index = 0;
+  std::uint32_t generation = 0;
+  Completion done;            // cookie/op/length prefilled
+  bool signalled = true;
+  bool fence = false;
+  bool posted = false;
+  // Operation description, kept for deferred (fenced) posting.
+  backend::Iov iov[8];
+  std::size_t iov_count = 0;
+  std::uint64_t raddr = 0, rbase = 0, rkey = 0, data = 0;
+  bool with_data = false;
+  wire::Ctl ctl{};
+};
+
+struct PostedRecv {
+  std::uint64_t cookie;
+  std::vector<backend::Iov> iov;
+};
+
+struct Incoming {
+  bool write_imm = false;
+  bool has_imm = false;
+  std::uint32_t imm = 0;
+  std::uint64_t length = 0;
+  std::vector<std::uint8_t> bytes;
+};
+
+struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
+  ~EndpointImpl();
+  std::shared_ptr<ZoneImpl> zone;
+  std::uint64_t id = 0;
+  EndpointOptions options;
+  std::shared_ptr<CqImpl> send_cq, recv_cq;
+
+  // Everything below is guarded by mu, including calls into `conn`.
+  std::mutex mu;
+  std::atomic<EndpointState> state{EndpointState::unconnected};
+  std::unique_ptr<backend::Connection> conn;
+  std::vector<OpSlot> slots;
+  std::vector<std::uint32_t> free_slots;
+  std::uint32_t in_flight = 0;         // posted to the transport, not yet completed
+  std::deque<std::uint32_t> deferred;  // waiting behind a fence
+  std::vector<OpSlot> rx;              // receive buffers
+  std::vector<std::uint8_t> rx_memory;
+  std::unique_ptr<backend::MemoryKey> rx_key;
+  std::deque<PostedRecv> posted_recvs;
+  std::deque<Incoming> unmatched;
+  std::deque<wire::Ctl> pending_replies;
+  std::uint32_t peer_max_message = 0;
+  bool peer_said_bye = false;
+  bool closed = false;
+
+  // Connection events.
+  std::mutex ev_mu;
+  std::condition_variable ev_cv;
+  std::deque<ConnectionEvent> events;
+  Signal ev_signal;
+
+  // Called with mu held.
+  Result<void> setup_connection(const std::shared_ptr<void>& request);
+  Result<std::uint32_t> take_slot();
+  void release_slot(std::uint32_t i);
+  int post_slot(OpSlot& s);
+  Result<void> submit(std::uint32_t index);
+  void complete(OpSlot& s, std::error_code status);
+  void pump_deferred();
+  void handle(const backend::CqEntry& e);
+  void handle_message(OpSlot& rxs, const backend::CqEntry& e);
+  void handle_request(const wire::Ctl& req);
+  void handle_reply(const wire::Ctl& rep);
+  void deliver(Incoming in);
+  void flush_replies();
+  void fail(ConnectionEventType ev);
+  void flush_all();
+  void repost(OpSlot& rxs);
+
+  // Thread-safe entry points.
+  int progress();  // returns completions handled
+  void on_cm_event(backend::CmEvent& ev);
+  void push_event(ConnectionEvent ev);
+  void close() noexcept;
+};
+
+/// The zone's progress engine (see DESIGN.md, "The target agent").
+class Agent : public std::enable_shared_from_this<Agent> {
+ public:
+  Agent(ZoneImpl* zone, bool busy_poll);
+  ~Agent();
+  void start();
+  void stop() noexcept;
+  void add(const std::shared_ptr<EndpointImpl>& ep, int fd);
+  void remove(EndpointImpl* ep, int fd);
+  void wake() noexcept;
+
+ private:
+  void run();
+  void handle_cm(backend::CmEvent& ev);
+  ZoneImpl* zone_;
+  bool busy_;
+  int epfd_ = -1;
+  Signal wake_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<std::weak_ptr<EndpointImpl>> endpoints_;
+};
+
+std::uint64_t next_object_id();
+
+}  // namespace remora::detail

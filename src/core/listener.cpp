@@ -1,0 +1,101 @@
+// Listener and ConnectionRequest.
+#include <cstring>
+
+#include "core/impl.hpp"
+
+namespace remora {
+namespace detail {
+std::vector<std::uint8_t> make_hello(std::uint32_t max_message, std::span<const std::uint8_t> user);
+
+ListenerImpl::~ListenerImpl() { close(); }
+
+void ListenerImpl::close() noexcept {
+  std::unique_ptr<backend::PassiveEndpoint> p;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (closed) return;
+    closed = true;
+    p = std::move(pep);
+    requests.clear();
+  }
+  cv.notify_all();
+  if (p) {
+    std::lock_guard<std::mutex> lock(zone->cm_mu);
+    zone->cm_listeners.erase(p->cm_id());
+  }
+}
+}  // namespace detail
+
+ConnectionRequest::~ConnectionRequest() {
+  if (impl_ && !impl_->used) (void)reject();
+}
+
+const std::vector<std::uint8_t>& ConnectionRequest::private_data() const noexcept {
+  static const std::vector<std::uint8_t> empty;
+  return impl_ ? impl_->private_data : empty;
+}
+
+Result<void> ConnectionRequest::accept(Endpoint& ep, std::span<const std::uint8_t> pdata) {
+  if (!impl_ || impl_->used) return Errc::invalid_handle;
+  if (!ep.valid()) return Errc::invalid_handle;
+  if (pdata.size() > kMaxPrivateData) return Errc::invalid_argument;
+  auto listener = impl_->listener.lock();
+  if (!listener) return Errc::invalid_handle;
+  auto* e = ep.impl().get();
+  if (e->zone != listener->zone) return Errc::zone_mismatch;
+  std::lock_guard<std::mutex> lock(e->mu);
+  if (e->closed) return Errc::invalid_handle;
+  if (e->state != EndpointState::unconnected) return Errc::invalid_state;
+  if (auto r = e->setup_connection(impl_->request); !r) return r.error();
+  e->peer_max_message = impl_->peer_max_message;
+  if (auto r = e->conn->accept(detail::make_hello(e->options.max_message, pdata)); !r) {
+    e->conn.reset();
+    return r.error();
+  }
+  e->state = EndpointState::connect_pending;
+  impl_->used = true;
+  return {};
+}
+
+Result<void> ConnectionRequest::reject(std::span<const std::uint8_t> pdata) {
+  if (!impl_ || impl_->used) return Errc::invalid_handle;
+  if (pdata.size() > kMaxPrivateData) return Errc::invalid_argument;
+  auto listener = impl_->listener.lock();
+  if (!listener) return Errc::invalid_handle;
+  std::lock_guard<std::mutex> lock(listener->mu);
+  if (!listener->pep) return Errc::invalid_handle;
+  impl_->used = true;
+  return listener->pep->reject(impl_->request, detail::make_hello(0, pdata));
+}
+
+Listener::~Listener() = default;
+
+std::uint16_t Listener::port() const noexcept {
+  if (!impl_) return 0;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->pep ? impl_->pep->port() : 0;
+}
+
+Result<ConnectionRequest> Listener::next_request(std::chrono::milliseconds timeout) {
+  if (!impl_) return Errc::invalid_handle;
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  auto ready = [&] { return !impl_->requests.empty() || impl_->closed; };
+  if (timeout.count() < 0)
+    impl_->cv.wait(lock, ready);
+  else if (!impl_->cv.wait_for(lock, timeout, ready))
+    return Errc::timeout;
+  if (impl_->closed) return Errc::invalid_handle;
+  auto req = std::move(impl_->requests.front());
+  impl_->requests.pop_front();
+  if (impl_->requests.empty()) impl_->signal.clear();
+  return ConnectionRequest(std::move(req));
+}
+
+int Listener::fd() const noexcept { return impl_ ? impl_->signal.fd() : -1; }
+
+void Listener::close() noexcept {
+  if (impl_) impl_->close();
+  impl_.reset();
+}
+
+}  // namespace remora

@@ -1,0 +1,71 @@
+// MemoryRegion and persistence of registered ranges.
+#include <libpmem2.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "core/impl.hpp"
+
+namespace remora {
+namespace detail {
+
+RegionImpl::~RegionImpl() { close(); }
+
+void RegionImpl::close() noexcept {
+  if (closed.exchange(true)) return;
+  if (registered) {
+    std::unique_lock<std::shared_mutex> lock(zone->regions_mu);
+    zone->regions.erase(key);
+  }
+  mkey.reset();
+  if (map != nullptr) pmem2_map_delete(&map);
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+Result<void> RegionImpl::persist(std::uint64_t addr, std::uint64_t len) const {
+  if (!persistent) return Errc::not_supported;
+  if (len == 0) return {};
+  if (persist_fn != nullptr) {
+    persist_fn(reinterpret_cast<const void*>(addr), len);
+    return {};
+  }
+  // A shared file mapping the owner made: write back the covering pages.
+  static const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+  std::uint64_t start = addr & ~(page - 1);
+  std::uint64_t end = addr + len;
+  if (msync(reinterpret_cast<void*>(start), end - start, MS_SYNC) != 0) {
+    // Anonymous or private memory has nothing to write back.
+    if (errno == ENOMEM) return Errc::io_error;
+  }
+  return {};
+}
+
+}  // namespace detail
+
+bool MemoryRegion::valid() const noexcept { return impl_ && !impl_->closed; }
+void* MemoryRegion::address() const noexcept { return impl_ ? impl_->base : nullptr; }
+std::size_t MemoryRegion::length() const noexcept { return impl_ ? impl_->length : 0; }
+Access MemoryRegion::access() const noexcept { return impl_ ? impl_->access : Access::none; }
+bool MemoryRegion::persistent() const noexcept { return impl_ && impl_->persistent; }
+
+std::uint64_t MemoryRegion::key() const noexcept { return impl_ && impl_->registered ? impl_->key : 0; }
+
+Result<RemoteRegion> MemoryRegion::remote() const {
+  if (!valid()) return Errc::invalid_handle;
+  if (!impl_->registered) return Errc::privileges;
+  return RemoteRegion(reinterpret_cast<std::uint64_t>(impl_->base), impl_->length, impl_->key,
+                      impl_->access & (Access::remote_read | Access::remote_write), impl_->persistent);
+}
+
+Result<void> MemoryRegion::persist(std::size_t offset, std::size_t len) const {
+  if (!valid()) return Errc::invalid_handle;
+  if (offset > impl_->length || len > impl_->length - offset) return Errc::invalid_argument;
+  return impl_->persist(reinterpret_cast<std::uint64_t>(impl_->base) + offset, len);
+}
+
+void MemoryRegion::close() noexcept {
+  if (impl_) impl_->close();
+  impl_.reset();
+}
+
+}  // namespace remora

@@ -1,0 +1,152 @@
+// ProtectionZone: registration, queues, endpoints and listeners of a zone.
+#include <fcntl.h>
+#include <libpmem2.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/impl.hpp"
+
+namespace remora {
+namespace detail {
+
+ZoneImpl::~ZoneImpl() {
+  if (agent) agent->stop();
+}
+
+std::uint64_t ZoneImpl::random_key() {
+  std::lock_guard<std::mutex> lock(rng_mu);
+  std::uint64_t k = 0;
+  while (k == 0) k = rng();
+  return k;
+}
+
+namespace {
+
+Result<std::shared_ptr<RegionImpl>> register_region(const std::shared_ptr<ZoneImpl>& zone, void* addr,
+                                                    std::size_t len, Access access) {
+  auto r = std::make_shared<RegionImpl>();
+  r->zone = zone;
+  r->base = addr;
+  r->length = len;
+  r->access = access;
+  // Random keys, never sequential; retry on the (unlikely) collision.
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    auto mk = zone->domain->register_memory(addr, len, access, zone->random_key());
+    if (mk) {
+      r->mkey = std::move(*mk);
+      break;
+    }
+    if (mk.error() != Errc::address_in_use) return mk.error();
+  }
+  if (!r->mkey) return Errc::no_memory;
+  r->key = r->mkey->key();
+  if (has(access, Access::remote_read) || has(access, Access::remote_write)) {
+    std::unique_lock<std::shared_mutex> lock(zone->regions_mu);
+    zone->regions[r->key] = r.get();
+    r->registered = true;
+  }
+  return r;
+}
+
+}  // namespace
+}  // namespace detail
+
+ProtectionZone::~ProtectionZone() = default;
+
+std::uint64_t ProtectionZone::id() const noexcept { return impl_ ? impl_->id : 0; }
+
+Result<MemoryRegion> ProtectionZone::register_memory(void* addr, std::size_t len, Access access, bool persistent) {
+  if (!impl_) return Errc::invalid_handle;
+  if (addr == nullptr || len == 0 || access == Access::none ||
+      (static_cast<std::uint32_t>(access) & ~static_cast<std::uint32_t>(Access::all)) != 0)
+    return Errc::invalid_argument;
+  auto r = detail::register_region(impl_, addr, len, access);
+  if (!r) return r.error();
+  (*r)->persistent = persistent;
+  return MemoryRegion(std::move(*r));
+}
+
+Result<MemoryRegion> ProtectionZone::map_file(const std::string& path, std::size_t len, Access access) {
+  if (!impl_) return Errc::invalid_handle;
+  if (path.empty() || len == 0 || access == Access::none) return Errc::invalid_argument;
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return std::error_code(errno, std::generic_category());
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || (static_cast<std::size_t>(st.st_size) < len && ftruncate(fd, static_cast<off_t>(len)) != 0)) {
+    std::error_code ec(errno, std::generic_category());
+    ::close(fd);
+    return ec;
+  }
+  pmem2_config* cfg = nullptr;
+  pmem2_source* src = nullptr;
+  pmem2_map* map = nullptr;
+  int rc = pmem2_config_new(&cfg);
+  if (rc == 0) rc = pmem2_config_set_required_store_granularity(cfg, PMEM2_GRANULARITY_PAGE);
+  if (rc == 0) rc = pmem2_config_set_length(cfg, len);
+  if (rc == 0) rc = pmem2_source_from_fd(&src, fd);
+  if (rc == 0) rc = pmem2_map_new(&map, cfg, src);
+  if (src) pmem2_source_delete(&src);
+  if (cfg) pmem2_config_delete(&cfg);
+  if (rc != 0) {
+    ::close(fd);
+    return Errc::io_error;
+  }
+  auto r = detail::register_region(impl_, pmem2_map_get_address(map), len, access);
+  if (!r) {
+    pmem2_map_delete(&map);
+    ::close(fd);
+    return r.error();
+  }
+  (*r)->persistent = true;
+  (*r)->map = map;
+  (*r)->persist_fn = pmem2_get_persist_fn(map);
+  (*r)->fd = fd;
+  return MemoryRegion(std::move(*r));
+}
+
+Result<CompletionQueue> ProtectionZone::create_cq(std::size_t /*capacity_hint*/) {
+  if (!impl_) return Errc::invalid_handle;
+  auto cq = std::make_shared<detail::CqImpl>();
+  cq->zone = impl_;
+  return CompletionQueue(std::move(cq));
+}
+
+Result<Endpoint> ProtectionZone::create_endpoint(const EndpointOptions& o) {
+  if (!impl_) return Errc::invalid_handle;
+  if (o.send_cq == nullptr || !o.send_cq->valid() || (o.recv_cq != nullptr && !o.recv_cq->valid()))
+    return Errc::invalid_handle;
+  if (o.max_outstanding == 0 || o.max_outstanding > 65536 || o.max_recv == 0 || o.max_recv > 65536 ||
+      o.max_message < sizeof(detail::wire::Ctl) || o.max_message > (64u << 20))
+    return Errc::invalid_argument;
+  auto ep = std::make_shared<detail::EndpointImpl>();
+  ep->zone = impl_;
+  ep->id = detail::next_object_id();
+  ep->options = o;
+  ep->send_cq = o.send_cq->impl();
+  ep->recv_cq = o.recv_cq ? o.recv_cq->impl() : ep->send_cq;
+  if (ep->send_cq->zone != impl_ || ep->recv_cq->zone != impl_) return Errc::zone_mismatch;
+  for (auto* cq : {ep->send_cq.get(), ep->recv_cq.get()}) {
+    std::lock_guard<std::mutex> lock(cq->sources_mu);
+    cq->sources.push_back(ep);
+  }
+  return Endpoint(std::move(ep));
+}
+
+Result<Listener> ProtectionZone::listen(const std::string& address, std::uint16_t port) {
+  if (!impl_) return Errc::invalid_handle;
+  auto l = std::make_shared<detail::ListenerImpl>();
+  l->zone = impl_;
+  auto pep = impl_->domain->listen(address, port);
+  if (!pep) return pep.error();
+  l->pep = std::move(*pep);
+  {
+    std::lock_guard<std::mutex> lock(impl_->cm_mu);
+    impl_->cm_listeners[l->pep->cm_id()] = l;
+  }
+  impl_->agent->wake();
+  return Listener(std::move(l));
+}
+
+void ProtectionZone::close() noexcept { impl_.reset(); }
+
+}  // namespace remora

@@ -1,0 +1,124 @@
+// src/fabric/backend.hpp - the narrow interface between the core and a
+// transport. No libfabric type appears here; ofi_backend.cpp implements it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "remora/access.hpp"
+#include "remora/fabric.hpp"
+#include "remora/result.hpp"
+
+namespace remora::backend {
+
+struct Iov {
+  void* addr;
+  std::size_t len;
+  void* desc;
+};
+
+/// Per-operation memory the transport hands back in completions. The core
+/// embeds it at the start of its own operation contexts.
+struct alignas(16) OpSlotHeader {
+  void* transport[8];  // room for a fi_context2
+};
+
+enum CqFlags : std::uint64_t {
+  kCqSend = 1u << 0,
+  kCqRecv = 1u << 1,
+  kCqRead = 1u << 2,
+  kCqWrite = 1u << 3,
+  kCqRemoteWrite = 1u << 4,
+  kCqRemoteData = 1u << 5,
+};
+
+struct CqEntry {
+  void* context = nullptr;  // the OpSlotHeader*, or null for remote-data events
+  std::uint64_t flags = 0;
+  std::size_t len = 0;
+  std::uint64_t data = 0;
+  int err = 0;  // 0, or a positive errno-style code from the transport
+};
+
+class MemoryKey {
+ public:
+  virtual ~MemoryKey() = default;
+  virtual void* desc() const noexcept = 0;
+  virtual std::uint64_t key() const noexcept = 0;
+};
+
+/// One reliable connection with its own completion queue.
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  virtual Result<void> connect(const std::string& host, std::uint16_t port, std::span<const std::uint8_t> pdata) = 0;
+  virtual Result<void> accept(std::span<const std::uint8_t> pdata) = 0;
+  virtual void shutdown() noexcept = 0;
+
+  /// RMA. `raddr` is the target's virtual address; `rbase` its region base
+  /// (for providers using offset addressing).
+  virtual int write(std::span<const Iov> iov, std::uint64_t raddr, std::uint64_t rbase, std::uint64_t key,
+                    bool with_data, std::uint64_t data, bool fence, OpSlotHeader* ctx) = 0;
+  virtual int read(std::span<const Iov> iov, std::uint64_t raddr, std::uint64_t rbase, std::uint64_t key,
+                   bool fence, OpSlotHeader* ctx) = 0;
+  virtual int send(std::span<const Iov> iov, std::uint64_t data, bool fence, OpSlotHeader* ctx) = 0;
+  /// Small message without a completion; the buffer is reusable at return.
+  virtual int inject(const void* buf, std::size_t len, std::uint64_t data) = 0;
+  virtual int recv(void* buf, std::size_t len, void* desc, OpSlotHeader* ctx) = 0;
+
+  /// Read up to out.size() completions; returns the count (0: none) or a
+  /// negative error code.
+  virtual int poll(std::span<CqEntry> out) = 0;
+  /// File descriptor that becomes readable when poll() may return entries.
+  virtual int wait_fd() const noexcept = 0;
+  /// True when it is safe to sleep on wait_fd() (nothing pending).
+  virtual bool try_wait() noexcept = 0;
+  /// Identity used by connection-management events.
+  virtual const void* cm_id() const noexcept = 0;
+};
+
+struct CmEvent {
+  enum Kind { conn_request, connected, shutdown, error } kind = error;
+  const void* cm_id = nullptr;  // connection or listener identity
+  std::vector<std::uint8_t> data;
+  int err = 0;
+  std::shared_ptr<void> request;  // opaque request info (conn_request)
+};
+
+class PassiveEndpoint {
+ public:
+  virtual ~PassiveEndpoint() = default;
+  virtual std::uint16_t port() const noexcept = 0;
+  virtual Result<void> reject(const std::shared_ptr<void>& request, std::span<const std::uint8_t> pdata) = 0;
+  virtual const void* cm_id() const noexcept = 0;
+};
+
+/// A protection domain with one connection-management event queue.
+class Domain {
+ public:
+  virtual ~Domain() = default;
+  virtual Result<std::unique_ptr<MemoryKey>> register_memory(void* addr, std::size_t len, Access access,
+                                                             std::uint64_t requested_key) = 0;
+  virtual Result<std::unique_ptr<Connection>> create_connection(const std::shared_ptr<void>& request,
+                                                                std::size_t cq_size) = 0;
+  virtual Result<std::unique_ptr<PassiveEndpoint>> listen(const std::string& address, std::uint16_t port) = 0;
+  /// Read one event; false when none is queued.
+  virtual bool next_cm_event(CmEvent& ev) = 0;
+  virtual int cm_wait_fd() const noexcept = 0;
+  virtual bool cm_try_wait() noexcept = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  static Result<std::shared_ptr<Transport>> open(const FabricOptions& options);
+  static Result<std::vector<FabricInfo>> list(const std::string& provider_filter);
+  virtual const FabricInfo& info() const noexcept = 0;
+  virtual Result<std::unique_ptr<Domain>> open_domain() = 0;
+};
+
+}  // namespace remora::backend

@@ -1,0 +1,480 @@
+// src/fabric/ofi_backend.cpp - the libfabric implementation of backend.hpp.
+// The only file in Remora that includes <rdma/fabric.h>.
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "fabric/backend.hpp"
+
+namespace remora::backend {
+namespace {
+
+constexpr std::uint32_t kFiVersion = FI_VERSION(1, 17);
+
+std::error_code from_fi(int rc) {
+  switch (-rc) {
+    case FI_EINVAL: return make_error_code(Errc::invalid_argument);
+    case FI_ENOMEM: return make_error_code(Errc::no_memory);
+    case FI_EAGAIN: return make_error_code(Errc::queue_full);
+    case FI_ENODATA:
+    case FI_ENOSYS:
+    case FI_EOPNOTSUPP: return make_error_code(Errc::not_supported);
+    case FI_EADDRINUSE: return make_error_code(Errc::address_in_use);
+    case FI_ECONNREFUSED: return make_error_code(Errc::unreachable);
+    case FI_ENOTCONN:
+    case FI_ECONNRESET:
+    case FI_ECONNABORTED: return make_error_code(Errc::not_connected);
+    default: return make_error_code(Errc::provider_error);
+  }
+}
+
+struct InfoDeleter {
+  void operator()(fi_info* p) const noexcept { fi_freeinfo(p); }
+};
+using InfoPtr = std::unique_ptr<fi_info, InfoDeleter>;
+
+template <class F>
+void close_fid(F* f) noexcept {
+  if (f != nullptr) fi_close(&f->fid);
+}
+
+InfoPtr make_hints(const std::string& provider) {
+  InfoPtr hints(fi_allocinfo());
+  if (!hints) return hints;
+  hints->ep_attr->type = FI_EP_MSG;
+  hints->caps = FI_MSG | FI_RMA;
+  hints->addr_format = FI_SOCKADDR_IN;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->domain_attr->threading = FI_THREAD_SAFE;
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  hints->tx_attr->msg_order = FI_ORDER_RAW | FI_ORDER_WAW | FI_ORDER_SAW | FI_ORDER_SAS | FI_ORDER_WAS;
+  if (!provider.empty()) hints->fabric_attr->prov_name = strdup(provider.c_str());
+  return hints;
+}
+
+std::string sockaddr_string(const void* addr, std::size_t len) {
+  if (addr == nullptr || len < sizeof(sockaddr_in)) return {};
+  const auto* sin = static_cast<const sockaddr_in*>(addr);
+  if (sin->sin_family != AF_INET) return {};
+  char buf[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof buf);
+  return buf;
+}
+
+FabricInfo describe(const fi_info* fi) {
+  FabricInfo out;
+  out.provider = fi->fabric_attr->prov_name ? fi->fabric_attr->prov_name : "";
+  out.fabric_name = fi->fabric_attr->name ? fi->fabric_attr->name : "";
+  out.domain_name = fi->domain_attr->name ? fi->domain_attr->name : "";
+  out.address = sockaddr_string(fi->src_addr, fi->src_addrlen);
+  out.max_segments = std::min<std::size_t>(fi->tx_attr->iov_limit, fi->tx_attr->rma_iov_limit ? 4 : 4);
+  out.max_segments = fi->tx_attr->iov_limit;
+  out.max_message = fi->ep_attr->max_msg_size;
+  out.inject_size = fi->tx_attr->inject_size;
+  out.virtual_addressing = (fi->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
+  out.native_atomics = (fi->caps & FI_ATOMIC) != 0;
+  out.requires_sync = false;  // every provider we run on is cache coherent
+  out.odp = (fi->domain_attr->mr_mode & (FI_MR_ALLOCATED | FI_MR_LOCAL)) == 0;
+  return out;
+}
+
+std::uint64_t to_fi_access(Access a) {
+  std::uint64_t f = 0;
+  if (has(a, Access::local_read)) f |= FI_SEND | FI_WRITE;
+  if (has(a, Access::local_write)) f |= FI_RECV | FI_READ;
+  if (has(a, Access::remote_read)) f |= FI_REMOTE_READ;
+  if (has(a, Access::remote_write)) f |= FI_REMOTE_WRITE;
+  return f;
+}
+
+class OfiMemoryKey final : public MemoryKey {
+ public:
+  explicit OfiMemoryKey(fid_mr* mr) : mr_(mr) {}
+  ~OfiMemoryKey() override { close_fid(mr_); }
+  void* desc() const noexcept override { return fi_mr_desc(mr_); }
+  std::uint64_t key() const noexcept override { return fi_mr_key(mr_); }
+
+ private:
+  fid_mr* mr_;
+};
+
+class OfiTransport;
+
+class OfiConnection final : public Connection {
+ public:
+  OfiConnection(fid_fabric* fabric, bool virt_addr) : fabric_(fabric), virt_addr_(virt_addr) {}
+  ~OfiConnection() override {
+    close_fid(ep_);
+    close_fid(cq_);
+  }
+
+  Result<void> init(fid_domain* domain, fid_eq* eq, fi_info* info, std::size_t cq_size) {
+    fi_cq_attr cq_attr{};
+    cq_attr.size = cq_size;
+    cq_attr.format = FI_CQ_FORMAT_DATA;
+    cq_attr.wait_obj = FI_WAIT_FD;
+    if (int rc = fi_cq_open(domain, &cq_attr, &cq_, nullptr); rc) return from_fi(rc);
+    if (int rc = fi_endpoint(domain, info, &ep_, nullptr); rc) return from_fi(rc);
+    if (int rc = fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV); rc) return from_fi(rc);
+    if (int rc = fi_ep_bind(ep_, &eq->fid, 0); rc) return from_fi(rc);
+    if (int rc = fi_enable(ep_); rc) return from_fi(rc);
+    if (int rc = fi_control(&cq_->fid, FI_GETWAIT, &wait_fd_); rc) return from_fi(rc);
+    return {};
+  }
+
+  Result<void> connect(const std::string& host, std::uint16_t port, std::span<const std::uint8_t> pdata) override {
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    std::string service = std::to_string(port);
+    if (getaddrinfo(host.c_str(), service.c_str(), &hints, &res) != 0 || res == nullptr)
+      return Errc::unreachable;
+    sockaddr_in sin{};
+    std::memcpy(&sin, res->ai_addr, sizeof sin);
+    freeaddrinfo(res);
+    int rc = fi_connect(ep_, &sin, pdata.data(), pdata.size());
+    if (rc) return from_fi(rc);
+    return {};
+  }
+
+  Result<void> accept(std::span<const std::uint8_t> pdata) override {
+    if (int rc = fi_accept(ep_, pdata.data(), pdata.size()); rc) return from_fi(rc);
+    return {};
+  }
+
+  void shutdown() noexcept override { fi_shutdown(ep_, 0); }
+
+  fi_rma_iov rma(std::uint64_t raddr, std::uint64_t rbase, std::uint64_t key, std::span<const Iov> iov) const {
+    std::size_t total = 0;
+    for (const auto& v : iov) total += v.len;
+    return fi_rma_iov{virt_addr_ ? raddr : raddr - rbase, total, key};
+  }
+
+  static void split(std::span<const Iov> iov, iovec* v, void** d) {
+    for (std::size_t i = 0; i < iov.size(); ++i) {
+      v[i] = iovec{iov[i].addr, iov[i].len};
+      d[i] = iov[i].desc;
+    }
+  }
+
+  int write(std::span<const Iov> iov, std::uint64_t raddr, std::uint64_t rbase, std::uint64_t key, bool with_data,
+            std::uint64_t data, bool fence, OpSlotHeader* ctx) override {
+    iovec v[kMaxIov];
+    void* d[kMaxIov];
+    if (iov.size() > kMaxIov) return -FI_EINVAL;
+    split(iov, v, d);
+    fi_rma_iov r = rma(raddr, rbase, key, iov);
+    fi_msg_rma msg{};
+    msg.msg_iov = v;
+    msg.desc = d;
+    msg.iov_count = iov.size();
+    msg.rma_iov = &r;
+    msg.rma_iov_count = 1;
+    msg.context = ctx;
+    msg.data = data;
+    std::uint64_t flags = FI_DELIVERY_COMPLETE | FI_COMPLETION;
+    if (with_data) flags |= FI_REMOTE_CQ_DATA;
+    (void)fence;  // ordering is enforced by the core
+    return static_cast<int>(fi_writemsg(ep_, &msg, flags));
+  }
+
+  int read(std::span<const Iov> iov, std::uint64_t raddr, std::uint64_t rbase, std::uint64_t key, bool fence,
+           OpSlotHeader* ctx) override {
+    iovec v[kMaxIov];
+    void* d[kMaxIov];
+    if (iov.size() > kMaxIov) return -FI_EINVAL;
+    split(iov, v, d);
+    fi_rma_iov r = rma(raddr, rbase, key, iov);
+    fi_msg_rma msg{};
+    msg.msg_iov = v;
+    msg.desc = d;
+    msg.iov_count = iov.size();
+    msg.rma_iov = &r;
+    msg.rma_iov_count = 1;
+    msg.context = ctx;
+    (void)fence;
+    return static_cast<int>(fi_readmsg(ep_, &msg, FI_COMPLETION));
+  }
+
+  int send(std::span<const Iov> iov, std::uint64_t data, bool fence, OpSlotHeader* ctx) override {
+    iovec v[kMaxIov];
+    void* d[kMaxIov];
+    if (iov.size() > kMaxIov) return -FI_EINVAL;
+    split(iov, v, d);
+    fi_msg msg{};
+    msg.msg_iov = v;
+    msg.desc = d;
+    msg.iov_count = iov.size();
+    msg.context = ctx;
+    msg.data = data;
+    (void)fence;
+    return static_cast<int>(fi_sendmsg(ep_, &msg, FI_REMOTE_CQ_DATA | FI_DELIVERY_COMPLETE | FI_COMPLETION));
+  }
+
+  int inject(const void* buf, std::size_t len, std::uint64_t data) override {
+    return static_cast<int>(fi_injectdata(ep_, buf, len, data, 0));
+  }
+
+  int recv(void* buf, std::size_t len, void* desc, OpSlotHeader* ctx) override {
+    return static_cast<int>(fi_recv(ep_, buf, len, desc, 0, ctx));
+  }
+
+  int poll(std::span<CqEntry> out) override {
+    fi_cq_data_entry e[16];
+    std::size_t n = std::min<std::size_t>(out.size(), 16);
+    ssize_t rc = fi_cq_read(cq_, e, n);
+    if (rc == -FI_EAGAIN) return 0;
+    if (rc == -FI_EAVAIL) {
+      fi_cq_err_entry err{};
+      rc = fi_cq_readerr(cq_, &err, 0);
+      if (rc == -FI_EAGAIN) return 0;
+      if (rc < 0) return static_cast<int>(rc);
+      out[0] = CqEntry{err.op_context, translate(err.flags), err.len, err.data, err.err ? err.err : FI_EIO};
+      return 1;
+    }
+    if (rc < 0) return static_cast<int>(rc);
+    for (ssize_t i = 0; i < rc; ++i)
+      out[static_cast<std::size_t>(i)] = CqEntry{e[i].op_context, translate(e[i].flags), e[i].len, e[i].data, 0};
+    return static_cast<int>(rc);
+  }
+
+  int wait_fd() const noexcept override { return wait_fd_; }
+  bool try_wait() noexcept override {
+    fid* f = &cq_->fid;
+    return fi_trywait(fabric_, &f, 1) == FI_SUCCESS;
+  }
+  const void* cm_id() const noexcept override { return &ep_->fid; }
+
+ private:
+  static constexpr std::size_t kMaxIov = 8;
+  static std::uint64_t translate(std::uint64_t f) {
+    std::uint64_t o = 0;
+    if (f & FI_SEND) o |= kCqSend;
+    if (f & FI_RECV) o |= kCqRecv;
+    if (f & FI_READ) o |= kCqRead;
+    if (f & FI_WRITE) o |= kCqWrite;
+    if (f & FI_REMOTE_WRITE) o |= kCqRemoteWrite;
+    if (f & FI_REMOTE_CQ_DATA) o |= kCqRemoteData;
+    return o;
+  }
+
+  fid_fabric* fabric_;
+  bool virt_addr_;
+  fid_ep* ep_ = nullptr;
+  fid_cq* cq_ = nullptr;
+  int wait_fd_ = -1;
+};
+
+class OfiPassive final : public PassiveEndpoint {
+ public:
+  ~OfiPassive() override { close_fid(pep_); }
+  std::uint16_t port() const noexcept override { return port_; }
+  Result<void> reject(const std::shared_ptr<void>& request, std::span<const std::uint8_t> pdata) override {
+    auto* info = static_cast<fi_info*>(request.get());
+    if (int rc = fi_reject(pep_, info->handle, pdata.data(), pdata.size()); rc) return from_fi(rc);
+    return {};
+  }
+  const void* cm_id() const noexcept override { return &pep_->fid; }
+
+  fid_pep* pep_ = nullptr;
+  std::uint16_t port_ = 0;
+};
+
+class OfiDomain final : public Domain {
+ public:
+  OfiDomain(fid_fabric* fabric, fi_info* info) : fabric_(fabric), info_(info) {}
+  ~OfiDomain() override {
+    close_fid(eq_);
+    close_fid(domain_);
+  }
+
+  Result<void> init() {
+    if (int rc = fi_domain(fabric_, info_, &domain_, nullptr); rc) return from_fi(rc);
+    fi_eq_attr attr{};
+    attr.size = 256;
+    attr.wait_obj = FI_WAIT_FD;
+    if (int rc = fi_eq_open(fabric_, &attr, &eq_, nullptr); rc) return from_fi(rc);
+    if (int rc = fi_control(&eq_->fid, FI_GETWAIT, &eq_fd_); rc) return from_fi(rc);
+    return {};
+  }
+
+  Result<std::unique_ptr<MemoryKey>> register_memory(void* addr, std::size_t len, Access access,
+                                                     std::uint64_t requested_key) override {
+    fid_mr* mr = nullptr;
+    int rc = fi_mr_reg(domain_, addr, len, to_fi_access(access), 0, requested_key, 0, &mr, nullptr);
+    if (rc == -FI_ENOKEY || rc == -FI_EKEYREJECTED) return Errc::address_in_use;  // key collision: retry
+    if (rc) return from_fi(rc);
+    if (info_->domain_attr->mr_mode & FI_MR_ENDPOINT) {
+      close_fid(mr);
+      return Errc::not_supported;
+    }
+    return std::unique_ptr<MemoryKey>(new OfiMemoryKey(mr));
+  }
+
+  Result<std::unique_ptr<Connection>> create_connection(const std::shared_ptr<void>& request,
+                                                        std::size_t cq_size) override {
+    auto* info = request ? static_cast<fi_info*>(request.get()) : info_;
+    auto conn = std::make_unique<OfiConnection>(fabric_, (info_->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0);
+    if (auto r = conn->init(domain_, eq_, info, cq_size); !r) return r.error();
+    return std::unique_ptr<Connection>(std::move(conn));
+  }
+
+  Result<std::unique_ptr<PassiveEndpoint>> listen(const std::string& address, std::uint16_t port) override {
+    InfoPtr hints(fi_dupinfo(info_));
+    if (!hints) return Errc::no_memory;
+    std::free(hints->src_addr);
+    hints->src_addr = nullptr;
+    hints->src_addrlen = 0;
+    fi_info* raw = nullptr;
+    std::string service = std::to_string(port);
+    int rc = fi_getinfo(kFiVersion, address.c_str(), service.c_str(), FI_SOURCE, hints.get(), &raw);
+    if (rc) return rc == -FI_ENODATA ? make_error_code(Errc::invalid_argument) : from_fi(rc);
+    InfoPtr info(raw);
+    auto pep = std::make_unique<OfiPassive>();
+    if ((rc = fi_passive_ep(fabric_, info.get(), &pep->pep_, nullptr))) return from_fi(rc);
+    if ((rc = fi_pep_bind(pep->pep_, &eq_->fid, 0))) return from_fi(rc);
+    if ((rc = fi_listen(pep->pep_))) return from_fi(rc);
+    sockaddr_in sin{};
+    std::size_t len = sizeof sin;
+    if ((rc = fi_getname(&pep->pep_->fid, &sin, &len))) return from_fi(rc);
+    pep->port_ = ntohs(sin.sin_port);
+    return std::unique_ptr<PassiveEndpoint>(std::move(pep));
+  }
+
+  bool next_cm_event(CmEvent& ev) override {
+    std::lock_guard<std::mutex> lock(eq_mu_);
+    alignas(fi_eq_cm_entry) std::uint8_t buf[sizeof(fi_eq_cm_entry) + 512];
+    std::uint32_t event = 0;
+    ssize_t rc = fi_eq_read(eq_, &event, buf, sizeof buf, 0);
+    if (rc == -FI_EAGAIN) return false;
+    if (rc == -FI_EAVAIL) {
+      fi_eq_err_entry err{};
+      if (fi_eq_readerr(eq_, &err, 0) < 0) return false;
+      ev = CmEvent{};
+      ev.kind = CmEvent::error;
+      ev.cm_id = err.fid;
+      ev.err = err.err;
+      if (err.err_data && err.err_data_size)
+        ev.data.assign(static_cast<const std::uint8_t*>(err.err_data),
+                       static_cast<const std::uint8_t*>(err.err_data) + err.err_data_size);
+      return true;
+    }
+    if (rc < 0) return false;
+    auto* entry = reinterpret_cast<fi_eq_cm_entry*>(buf);
+    ev = CmEvent{};
+    ev.cm_id = entry->fid;
+    if (static_cast<std::size_t>(rc) > sizeof(fi_eq_cm_entry))
+      ev.data.assign(entry->data, entry->data + (static_cast<std::size_t>(rc) - sizeof(fi_eq_cm_entry)));
+    switch (event) {
+      case FI_CONNREQ:
+        ev.kind = CmEvent::conn_request;
+        ev.request = std::shared_ptr<void>(entry->info, [](void* p) { fi_freeinfo(static_cast<fi_info*>(p)); });
+        break;
+      case FI_CONNECTED: ev.kind = CmEvent::connected; break;
+      case FI_SHUTDOWN: ev.kind = CmEvent::shutdown; break;
+      default: ev.kind = CmEvent::error; ev.err = FI_EOTHER; break;
+    }
+    return true;
+  }
+
+  int cm_wait_fd() const noexcept override { return eq_fd_; }
+  bool cm_try_wait() noexcept override {
+    fid* f = &eq_->fid;
+    return fi_trywait(fabric_, &f, 1) == FI_SUCCESS;
+  }
+
+ private:
+  fid_fabric* fabric_;
+  fi_info* info_;
+  fid_domain* domain_ = nullptr;
+  fid_eq* eq_ = nullptr;
+  int eq_fd_ = -1;
+  std::mutex eq_mu_;
+};
+
+class OfiTransport final : public Transport {
+ public:
+  ~OfiTransport() override { close_fid(fabric_); }
+  const FabricInfo& info() const noexcept override { return desc_; }
+  Result<std::unique_ptr<Domain>> open_domain() override {
+    auto d = std::make_unique<OfiDomain>(fabric_, info_.get());
+    if (auto r = d->init(); !r) return r.error();
+    return std::unique_ptr<Domain>(std::move(d));
+  }
+
+  InfoPtr info_;
+  fid_fabric* fabric_ = nullptr;
+  FabricInfo desc_;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<Transport>> Transport::open(const FabricOptions& options) {
+  InfoPtr hints = make_hints(options.provider);
+  if (!hints) return Errc::no_memory;
+  fi_info* raw = nullptr;
+  int rc = fi_getinfo(kFiVersion, options.address.empty() ? nullptr : options.address.c_str(), nullptr,
+                      FI_SOURCE, hints.get(), &raw);
+  if (rc == -FI_ENODATA) return Errc::not_supported;
+  if (rc) return from_fi(rc);
+  auto t = std::make_shared<OfiTransport>();
+  t->info_.reset(raw);
+  // Keep only the first entry: it matches the requested address.
+  if (t->info_->next) {
+    fi_freeinfo(t->info_->next);
+    t->info_->next = nullptr;
+  }
+  if (t->info_->domain_attr->cq_data_size < 8) return Errc::not_supported;
+  if ((rc = fi_fabric(t->info_->fabric_attr, &t->fabric_, nullptr))) return from_fi(rc);
+  t->desc_ = describe(t->info_.get());
+  if (t->desc_.address.empty()) t->desc_.address = options.address;
+  return std::shared_ptr<Transport>(std::move(t));
+}
+
+Result<std::vector<FabricInfo>> Transport::list(const std::string& provider_filter) {
+  InfoPtr hints = make_hints(provider_filter);
+  if (!hints) return Errc::no_memory;
+  fi_info* raw = nullptr;
+  int rc = fi_getinfo(kFiVersion, nullptr, nullptr, 0, hints.get(), &raw);
+  if (rc == -FI_ENODATA) return std::vector<FabricInfo>{};
+  if (rc) return from_fi(rc);
+  InfoPtr all(raw);
+  // Native atomics are probed separately: asking for FI_ATOMIC filters out
+  // providers that lack them.
+  std::set<std::string> atomic_domains;
+  InfoPtr ahints = make_hints(provider_filter);
+  ahints->caps |= FI_ATOMIC;
+  fi_info* araw = nullptr;
+  if (fi_getinfo(kFiVersion, nullptr, nullptr, 0, ahints.get(), &araw) == 0) {
+    for (fi_info* p = araw; p; p = p->next)
+      atomic_domains.insert(std::string(p->fabric_attr->prov_name) + "/" + p->domain_attr->name);
+    fi_freeinfo(araw);
+  }
+  std::vector<FabricInfo> out;
+  std::set<std::string> seen;
+  for (fi_info* p = all.get(); p; p = p->next) {
+    FabricInfo d = describe(p);
+    std::string id = d.provider + "/" + d.domain_name + "/" + d.address;
+    if (!seen.insert(id).second) continue;
+    d.native_atomics = atomic_domains.count(d.provider + "/" + d.domain_name) != 0;
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+}  // namespace remora::backend
