@@ -81,7 +81,6 @@ FabricInfo describe(const fi_info* fi) {
   out.fabric_name = fi->fabric_attr->name ? fi->fabric_attr->name : "";
   out.domain_name = fi->domain_attr->name ? fi->domain_attr->name : "";
   out.address = sockaddr_string(fi->src_addr, fi->src_addrlen);
-  out.max_segments = std::min<std::size_t>(fi->tx_attr->iov_limit, fi->tx_attr->rma_iov_limit ? 4 : 4);
   out.max_segments = fi->tx_attr->iov_limit;
   out.max_message = fi->ep_attr->max_msg_size;
   out.inject_size = fi->tx_attr->inject_size;
