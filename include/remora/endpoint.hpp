@@ -12,6 +12,7 @@
 #include "remora/memory_region.hpp"
 #include "remora/remote_region.hpp"
 #include "remora/result.hpp"
+#include "remora/shared_receive_queue.hpp"
 
 namespace remora {
 
@@ -59,6 +60,9 @@ struct EndpointOptions {
   std::uint32_t max_outstanding = 64;  ///< request queue depth (posts beyond: queue_full)
   std::uint32_t max_recv = 64;         ///< posted receives
   std::uint32_t max_message = 65536;   ///< largest send/recv message
+  /// Take receives from this shared queue (same zone) instead of
+  /// Endpoint::recv, which then fails with invalid_argument.
+  SharedReceiveQueue* srq = nullptr;
 };
 
 /// Maximum private data carried by connect/accept/reject.
@@ -127,6 +131,10 @@ class Endpoint {
   std::size_t max_segments() const noexcept;
   /// Largest message the peer accepts (after establishment).
   std::size_t peer_max_message() const noexcept;
+
+  /// Return a disconnected (or errored) endpoint to `unconnected`, ready for
+  /// another connect() or accept(). Errors: invalid_state in other states.
+  Result<void> reset();
 
   void close() noexcept;
   const std::shared_ptr<detail::EndpointImpl>& impl() const noexcept { return impl_; }

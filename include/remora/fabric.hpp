@@ -20,6 +20,13 @@ struct FabricOptions {
   bool busy_poll = false;             ///< target agents spin instead of sleeping
 };
 
+struct ZoneOptions {
+  /// Width of the random remote keys of the zone's regions (uDAPL contexts
+  /// are 32-bit). Between 16 and 64; providers choosing their own keys may
+  /// ignore it.
+  unsigned key_bits = 64;
+};
+
 /// What a provider/interface pair can do, as reported by remora-info.
 struct FabricInfo {
   std::string provider;
@@ -54,7 +61,8 @@ class Fabric {
 
   bool valid() const noexcept { return impl_ != nullptr; }
   const FabricInfo& info() const noexcept;
-  Result<ProtectionZone> create_zone();
+  /// Errors: invalid_argument (key_bits not in 16..64), provider_error.
+  Result<ProtectionZone> create_zone(const ZoneOptions& options = {});
   void close() noexcept;
 
  private:

@@ -12,6 +12,7 @@
 #include "remora/listener.hpp"
 #include "remora/memory_region.hpp"
 #include "remora/result.hpp"
+#include "remora/shared_receive_queue.hpp"
 
 namespace remora {
 
@@ -44,6 +45,8 @@ class ProtectionZone {
   /// msync otherwise). The mapping lives as long as the region.
   Result<MemoryRegion> map_file(const std::string& path, std::size_t len, Access access);
   Result<CompletionQueue> create_cq(std::size_t capacity_hint = 256);
+  /// Errors: invalid_argument (capacity 0 or above 65536), invalid_handle.
+  Result<SharedReceiveQueue> create_srq(std::uint32_t capacity = 256);
   Result<Endpoint> create_endpoint(const EndpointOptions& options);
   /// Listen on address:port (port 0: any free port). Errors: address_in_use,
   /// invalid_argument, provider_error.

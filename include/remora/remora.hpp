@@ -12,3 +12,4 @@
 #include "remora/protection_zone.hpp"
 #include "remora/remote_region.hpp"
 #include "remora/result.hpp"
+#include "remora/shared_receive_queue.hpp"

@@ -229,18 +229,35 @@ void EndpointImpl::handle_message(OpSlot& rxs, const backend::CqEntry& e) {
 }
 
 void EndpointImpl::deliver(Incoming in) {
+  in.cq = recv_cq;
+  in.endpoint_id = id;
+  if (srq) {
+    std::lock_guard<std::mutex> lock(srq->mu);
+    if (srq->posted.empty()) {
+      srq->unmatched.push_back(std::move(in));
+      return;
+    }
+    PostedRecv pr = std::move(srq->posted.front());
+    srq->posted.pop_front();
+    complete_receive(pr, in);
+    return;
+  }
   if (posted_recvs.empty()) {
     unmatched.push_back(std::move(in));
     return;
   }
   PostedRecv pr = std::move(posted_recvs.front());
   posted_recvs.pop_front();
+  complete_receive(pr, in);
+}
+
+void complete_receive(const PostedRecv& pr, Incoming& in) {
   Completion c;
   c.cookie = pr.cookie;
   c.op = in.write_imm ? Opcode::recv_write_imm : Opcode::recv;
   c.imm = in.imm;
   c.has_imm = in.has_imm;
-  c.endpoint_id = id;
+  c.endpoint_id = in.endpoint_id;
   std::size_t copied = 0;
   for (const auto& v : pr.iov) {
     if (copied == in.bytes.size()) break;
@@ -250,7 +267,7 @@ void EndpointImpl::deliver(Incoming in) {
   }
   if (copied < in.bytes.size()) c.status = make_error_code(Errc::length_error);
   c.length = in.write_imm ? in.length : copied;
-  recv_cq->push(std::move(c));
+  in.cq->push(std::move(c));
 }
 
 void EndpointImpl::handle_request(const wire::Ctl& req) {
@@ -398,11 +415,18 @@ void EndpointImpl::on_cm_event(backend::CmEvent& ev) {
 EndpointImpl::~EndpointImpl() { close(); }
 
 void EndpointImpl::close() noexcept {
-  std::unique_ptr<backend::Connection> c;
   {
     std::lock_guard<std::mutex> lock(mu);
     if (closed) return;
     closed = true;
+  }
+  drop_connection();
+}
+
+void EndpointImpl::drop_connection() noexcept {
+  std::unique_ptr<backend::Connection> c;
+  {
+    std::lock_guard<std::mutex> lock(mu);
     if (conn && state == EndpointState::connected) {
       wire::Ctl bye{};
       bye.magic = wire::kCtlMagic;
@@ -414,6 +438,9 @@ void EndpointImpl::close() noexcept {
     if (state == EndpointState::connected || state == EndpointState::connect_pending)
       state = EndpointState::disconnected;
     c = std::move(conn);
+    unmatched.clear();
+    peer_said_bye = false;
+    peer_max_message = 0;
   }
   if (c) {
     zone->agent->remove(this, c->wait_fd());

@@ -18,14 +18,15 @@ struct Checked {
 };
 
 /// Local segment checks: handle, zone, bounds, privilege.
-Result<Checked> check_segments(const EndpointImpl& ep, std::span<const Segment> segs, Access need) {
-  const std::size_t limit = std::min<std::size_t>(8, ep.zone->fabric->transport->info().max_segments);
+Result<Checked> check_segments(const std::shared_ptr<detail::ZoneImpl>& zone, std::span<const Segment> segs,
+                               Access need) {
+  const std::size_t limit = std::min<std::size_t>(8, zone->fabric->transport->info().max_segments);
   if (segs.size() > limit) return Errc::invalid_argument;
   Checked out;
   for (const Segment& s : segs) {
     if (s.region == nullptr || !s.region->valid()) return Errc::invalid_handle;
     const auto& r = *s.region->impl();
-    if (r.zone != ep.zone) return Errc::zone_mismatch;
+    if (r.zone != zone) return Errc::zone_mismatch;
     if (s.length > 0 && !r.contains(s.address, s.length)) return Errc::invalid_argument;
     if (!has(r.access, need)) return Errc::privileges;
     out.iov[out.count++] = backend::Iov{const_cast<void*>(s.address), s.length, r.mkey->desc()};
@@ -101,7 +102,7 @@ Result<void> post(EndpointImpl* ep, const OpSpec& op, std::uint64_t cookie, Post
 Result<void> rma(EndpointImpl* ep, bool is_write, std::span<const Segment> segs, const RemoteRegion& r,
                  std::uint64_t off, bool with_imm, std::uint32_t imm, std::uint64_t cookie, PostFlags flags) {
   if (ep == nullptr) return Errc::invalid_handle;
-  auto local = check_segments(*ep, segs, is_write ? Access::local_read : Access::local_write);
+  auto local = check_segments(ep->zone, segs, is_write ? Access::local_read : Access::local_write);
   if (!local) return local.error();
   if (auto c = check_remote(r, off, local->total, is_write ? Access::remote_write : Access::remote_read); !c)
     return c.error();
@@ -118,7 +119,7 @@ Result<void> rma(EndpointImpl* ep, bool is_write, std::span<const Segment> segs,
 Result<void> message(EndpointImpl* ep, std::span<const Segment> segs, bool with_imm, std::uint32_t imm,
                      std::uint64_t cookie, PostFlags flags) {
   if (ep == nullptr) return Errc::invalid_handle;
-  auto local = check_segments(*ep, segs, Access::local_read);
+  auto local = check_segments(ep->zone, segs, Access::local_read);
   if (!local) return local.error();
   OpSpec op{OpSlot::Kind::send, Opcode::send};
   op.local = &*local;
@@ -254,7 +255,8 @@ Result<void> Endpoint::send_imm(std::span<const Segment> src, std::uint32_t imm,
 
 Result<void> Endpoint::recv(std::span<const Segment> dst, std::uint64_t cookie) {
   if (!impl_) return Errc::invalid_handle;
-  auto local = check_segments(*impl_, dst, Access::local_write);
+  if (impl_->srq) return Errc::invalid_argument;
+  auto local = check_segments(impl_->zone, dst, Access::local_write);
   if (!local) return local.error();
   std::lock_guard<std::mutex> lock(impl_->mu);
   auto* ep = impl_.get();
@@ -269,12 +271,14 @@ Result<void> Endpoint::recv(std::span<const Segment> dst, std::uint64_t cookie) 
     return {};
   }
   if (ep->posted_recvs.size() >= ep->options.max_recv) return Errc::queue_full;
-  ep->posted_recvs.push_back(detail::PostedRecv{cookie, {local->iov, local->iov + local->count}});
+  detail::PostedRecv pr{cookie, {local->iov, local->iov + local->count}};
   if (!ep->unmatched.empty()) {
     detail::Incoming in = std::move(ep->unmatched.front());
     ep->unmatched.pop_front();
-    ep->deliver(std::move(in));
+    detail::complete_receive(pr, in);
+    return {};
   }
+  ep->posted_recvs.push_back(std::move(pr));
   return {};
 }
 
@@ -310,6 +314,43 @@ Result<void> Endpoint::flush(const RemoteRegion& dst, std::uint64_t off, std::ui
   op.ctl.addr = dst.address() + off;
   op.ctl.len = len;
   return post(impl_.get(), op, cookie, flags);
+}
+
+Result<void> Endpoint::reset() {
+  if (!impl_) return Errc::invalid_handle;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->closed) return Errc::invalid_handle;
+    if (impl_->state != EndpointState::disconnected && impl_->state != EndpointState::error)
+      return Errc::invalid_state;
+  }
+  impl_->drop_connection();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->state = EndpointState::unconnected;
+  return {};
+}
+
+Result<void> SharedReceiveQueue::recv(std::span<const Segment> dst, std::uint64_t cookie) {
+  if (!impl_) return Errc::invalid_handle;
+  auto local = check_segments(impl_->zone, dst, Access::local_write);
+  if (!local) return local.error();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->posted.size() >= impl_->capacity) return Errc::queue_full;
+  detail::PostedRecv pr{cookie, {local->iov, local->iov + local->count}};
+  if (!impl_->unmatched.empty()) {
+    detail::Incoming in = std::move(impl_->unmatched.front());
+    impl_->unmatched.pop_front();
+    detail::complete_receive(pr, in);
+    return {};
+  }
+  impl_->posted.push_back(std::move(pr));
+  return {};
+}
+
+std::size_t SharedReceiveQueue::posted() const noexcept {
+  if (!impl_) return 0;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->posted.size();
 }
 
 void Endpoint::close() noexcept {

@@ -23,8 +23,9 @@ const FabricInfo& Fabric::info() const noexcept {
   return impl_ ? impl_->transport->info() : empty;
 }
 
-Result<ProtectionZone> Fabric::create_zone() {
+Result<ProtectionZone> Fabric::create_zone(const ZoneOptions& options) {
   if (!impl_) return Errc::invalid_handle;
+  if (options.key_bits < 16 || options.key_bits > 64) return Errc::invalid_argument;
   auto d = impl_->transport->open_domain();
   if (!d) return d.error();
   auto zone = std::make_shared<detail::ZoneImpl>();
@@ -32,6 +33,7 @@ Result<ProtectionZone> Fabric::create_zone() {
   zone->domain = std::move(*d);
   zone->id = detail::next_object_id();
   zone->busy_poll = impl_->options.busy_poll;
+  zone->key_mask = options.key_bits == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << options.key_bits) - 1;
   zone->agent = std::make_shared<detail::Agent>(zone.get(), zone->busy_poll);
   zone->agent->start();
   return ProtectionZone(std::move(zone));

@@ -51,6 +51,7 @@ struct ZoneImpl : std::enable_shared_from_this<ZoneImpl> {
   std::unique_ptr<backend::Domain> domain;
   std::uint64_t id = 0;
   bool busy_poll = false;
+  std::uint64_t key_mask = ~std::uint64_t{0};
   std::shared_ptr<Agent> agent;
 
   // Regions by remote key, for the agent's checks of incoming requests.
@@ -187,6 +188,20 @@ struct Incoming {
   std::uint32_t imm = 0;
   std::uint64_t length = 0;
   std::vector<std::uint8_t> bytes;
+  // Where the receive completes (set for messages held by a shared queue).
+  std::shared_ptr<CqImpl> cq;
+  std::uint64_t endpoint_id = 0;
+};
+
+/// Place `in` into `pr`'s segments and report it on in.cq.
+void complete_receive(const PostedRecv& pr, Incoming& in);
+
+struct SrqImpl {
+  std::shared_ptr<ZoneImpl> zone;
+  std::uint32_t capacity = 0;
+  std::mutex mu;
+  std::deque<PostedRecv> posted;
+  std::deque<Incoming> unmatched;
 };
 
 struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
@@ -195,6 +210,7 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   std::uint64_t id = 0;
   EndpointOptions options;
   std::shared_ptr<CqImpl> send_cq, recv_cq;
+  std::shared_ptr<SrqImpl> srq;
 
   // Everything below is guarded by mu, including calls into `conn`.
   std::mutex mu;
@@ -242,6 +258,7 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   int progress();  // returns completions handled
   void on_cm_event(backend::CmEvent& ev);
   void push_event(ConnectionEvent ev);
+  void drop_connection() noexcept;
   void close() noexcept;
 };
 

@@ -16,7 +16,7 @@ ZoneImpl::~ZoneImpl() {
 std::uint64_t ZoneImpl::random_key() {
   std::lock_guard<std::mutex> lock(rng_mu);
   std::uint64_t k = 0;
-  while (k == 0) k = rng();
+  while (k == 0) k = rng() & key_mask;
   return k;
 }
 
@@ -111,6 +111,15 @@ Result<CompletionQueue> ProtectionZone::create_cq(std::size_t /*capacity_hint*/)
   return CompletionQueue(std::move(cq));
 }
 
+Result<SharedReceiveQueue> ProtectionZone::create_srq(std::uint32_t capacity) {
+  if (!impl_) return Errc::invalid_handle;
+  if (capacity == 0 || capacity > 65536) return Errc::invalid_argument;
+  auto srq = std::make_shared<detail::SrqImpl>();
+  srq->zone = impl_;
+  srq->capacity = capacity;
+  return SharedReceiveQueue(std::move(srq));
+}
+
 Result<Endpoint> ProtectionZone::create_endpoint(const EndpointOptions& o) {
   if (!impl_) return Errc::invalid_handle;
   if (o.send_cq == nullptr || !o.send_cq->valid() || (o.recv_cq != nullptr && !o.recv_cq->valid()))
@@ -124,6 +133,11 @@ Result<Endpoint> ProtectionZone::create_endpoint(const EndpointOptions& o) {
   ep->options = o;
   ep->send_cq = o.send_cq->impl();
   ep->recv_cq = o.recv_cq ? o.recv_cq->impl() : ep->send_cq;
+  if (o.srq != nullptr) {
+    if (!o.srq->valid()) return Errc::invalid_handle;
+    ep->srq = o.srq->impl();
+    if (ep->srq->zone != impl_) return Errc::zone_mismatch;
+  }
   if (ep->send_cq->zone != impl_ || ep->recv_cq->zone != impl_) return Errc::zone_mismatch;
   for (auto* cq : {ep->send_cq.get(), ep->recv_cq.get()}) {
     std::lock_guard<std::mutex> lock(cq->sources_mu);

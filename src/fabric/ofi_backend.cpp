@@ -439,6 +439,11 @@ Result<std::shared_ptr<Transport>> Transport::open(const FabricOptions& options)
     t->info_->next = nullptr;
   }
   if (t->info_->domain_attr->cq_data_size < 8) return Errc::not_supported;
+  // Address remote memory by virtual address on every provider: the remote
+  // side of an operation then needs only (key, address), as in uDAPL and
+  // verbs. Providers that verify keys in software (tcp) honour the bit when
+  // it is present in the info the domain is opened with.
+  t->info_->domain_attr->mr_mode |= FI_MR_VIRT_ADDR;
   if ((rc = fi_fabric(t->info_->fabric_attr, &t->fabric_, nullptr))) return from_fi(rc);
   t->desc_ = describe(t->info_.get());
   if (t->desc_.address.empty()) t->desc_.address = options.address;
