@@ -2,11 +2,43 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "core/impl.hpp"
 
 namespace remora::detail {
+namespace {
+
+// Agents still running when the process exits are stopped by an exit
+// handler: it runs before libfabric's own library destructor, which would
+// otherwise tear the provider down under a running progress thread.
+std::mutex g_agents_mu;
+std::vector<std::weak_ptr<Agent>>& live_agents() {
+  static auto* v = new std::vector<std::weak_ptr<Agent>>;  // outlives every static destructor
+  return *v;
+}
+
+void stop_all_agents() {
+  std::vector<std::shared_ptr<Agent>> all;
+  {
+    std::lock_guard<std::mutex> lock(g_agents_mu);
+    for (auto& w : live_agents())
+      if (auto a = w.lock()) all.push_back(std::move(a));
+    live_agents().clear();
+  }
+  for (auto& a : all) a->stop();
+}
+
+void track(const std::shared_ptr<Agent>& a) {
+  static std::once_flag once;
+  std::call_once(once, [] { std::atexit(stop_all_agents); });
+  std::lock_guard<std::mutex> lock(g_agents_mu);
+  std::erase_if(live_agents(), [](const auto& w) { return w.expired(); });
+  live_agents().push_back(a);
+}
+
+}  // namespace
 
 Agent::Agent(ZoneImpl* zone, bool busy_poll) : zone_(zone), busy_(busy_poll) {
   epfd_ = epoll_create1(EPOLL_CLOEXEC);
@@ -25,6 +57,7 @@ Agent::~Agent() {
 
 void Agent::start() {
   thread_ = std::thread([self = shared_from_this()] { self->run(); });
+  track(shared_from_this());
 }
 
 void Agent::stop() noexcept {
