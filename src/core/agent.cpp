@@ -2,6 +2,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -74,7 +75,7 @@ void Agent::wake() noexcept { wake_.raise(); }
 
 void Agent::add(const std::shared_ptr<EndpointImpl>& ep, int fd) {
   std::lock_guard<std::mutex> lock(mu_);
-  endpoints_.push_back(ep);
+  endpoints_.push_back(Watched{ep, fd, true});
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = fd;
@@ -85,8 +86,8 @@ void Agent::add(const std::shared_ptr<EndpointImpl>& ep, int fd) {
 void Agent::remove(EndpointImpl* ep, int fd) {
   std::lock_guard<std::mutex> lock(mu_);
   epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
-  std::erase_if(endpoints_, [ep](const auto& w) {
-    auto p = w.lock();
+  std::erase_if(endpoints_, [ep](const Watched& w) {
+    auto p = w.ep.lock();
     return !p || p.get() == ep;
   });
 }
@@ -117,6 +118,8 @@ void Agent::handle_cm(backend::CmEvent& ev) {
   req->request = ev.request;
   req->peer_max_message = h.max_message;
   req->private_data.assign(ev.data.begin() + h.header_len, ev.data.end());
+  req->peer_host = ev.peer_host;
+  req->peer_port = ev.peer_port;
   if (listener->requests.empty()) listener->signal.raise();
   listener->requests.push_back(std::move(req));
   listener->cv.notify_all();
@@ -124,6 +127,11 @@ void Agent::handle_cm(backend::CmEvent& ev) {
 
 void Agent::run() {
   std::vector<std::shared_ptr<EndpointImpl>> eps;
+  // After work, keep polling for a short while before sleeping: the
+  // operations of one burst (a write and the flush behind it) then cost one
+  // wake-up, not one each.
+  constexpr auto kLinger = std::chrono::microseconds(40);
+  auto last_work = std::chrono::steady_clock::time_point{};
   while (!stop_) {
     int work = 0;
     backend::CmEvent ev;
@@ -131,15 +139,32 @@ void Agent::run() {
       handle_cm(ev);
       ++work;
     }
+    // Endpoints a user thread is polling are left to it: their fds leave the
+    // epoll set so the agent neither competes for them nor wakes for them.
+    bool user_driven = false;
     eps.clear();
     {
+      const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
       std::lock_guard<std::mutex> lock(mu_);
-      for (auto& w : endpoints_)
-        if (auto p = w.lock()) eps.push_back(std::move(p));
+      for (auto& w : endpoints_) {
+        auto p = w.ep.lock();
+        if (!p) continue;
+        const bool driven = p->user_driven_until.load(std::memory_order_relaxed) > now;
+        if (driven == w.armed) {
+          epoll_event e{};
+          e.events = driven ? 0u : static_cast<std::uint32_t>(EPOLLIN);
+          e.data.fd = w.fd;
+          epoll_ctl(epfd_, EPOLL_CTL_MOD, w.fd, &e);
+          w.armed = !driven;
+        }
+        user_driven |= driven;
+        if (!driven) eps.push_back(std::move(p));
+      }
     }
     for (auto& ep : eps) work += ep->progress();
     if (stop_) break;
-    if (busy_ || work > 0) {
+    if (work > 0) last_work = std::chrono::steady_clock::now();
+    if ((busy_ || std::chrono::steady_clock::now() - last_work < kLinger) && !eps.empty()) {
       eps.clear();
       continue;
     }
@@ -152,7 +177,8 @@ void Agent::run() {
     eps.clear();  // never keep an endpoint alive while asleep
     if (!can_sleep) continue;
     epoll_event out[16];
-    int n = epoll_wait(epfd_, out, 16, 100);
+    // While users drive endpoints, look again soon to take them back.
+    int n = epoll_wait(epfd_, out, 16, user_driven ? 1 : 100);
     for (int i = 0; i < n; ++i)
       if (out[i].data.fd == wake_.fd()) wake_.clear();
   }

@@ -6,6 +6,12 @@
 namespace remora {
 namespace detail {
 
+// A user thread that polls an empty queue again within kSpinGap is spinning
+// on it; for kUserDriveWindow after each such poll the agent leaves the
+// queue's endpoints to that thread instead of competing for them.
+constexpr std::chrono::microseconds kSpinGap{50};
+constexpr std::chrono::microseconds kUserDriveWindow{500};
+
 void CqImpl::push(Completion c) {
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -26,7 +32,7 @@ std::size_t CqImpl::take(std::span<Completion> out) {
   return n;
 }
 
-void CqImpl::drive() {
+void CqImpl::drive(bool claim) {
   std::vector<std::shared_ptr<EndpointImpl>> eps;
   {
     std::lock_guard<std::mutex> lock(sources_mu);
@@ -34,7 +40,15 @@ void CqImpl::drive() {
     for (auto& w : sources)
       if (auto p = w.lock()) eps.push_back(std::move(p));
   }
-  for (auto& ep : eps) ep->progress();
+  const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  const std::int64_t last = last_empty_poll.exchange(now, std::memory_order_relaxed);
+  const bool spinning = claim && now - last < std::chrono::nanoseconds(kSpinGap).count();
+  for (auto& ep : eps) {
+    if (spinning)
+      ep->user_driven_until.store(now + std::chrono::nanoseconds(kUserDriveWindow).count(),
+                                  std::memory_order_relaxed);
+    ep->progress();
+  }
 }
 
 }  // namespace detail
@@ -43,7 +57,7 @@ std::size_t CompletionQueue::poll(std::span<Completion> out) {
   if (!impl_ || out.empty()) return 0;
   std::size_t n = impl_->take(out);
   if (n > 0) return n;
-  impl_->drive();
+  impl_->drive(true);
   return impl_->take(out);
 }
 
@@ -52,7 +66,10 @@ Result<std::size_t> CompletionQueue::wait(std::span<Completion> out, std::chrono
   if (out.empty()) return Errc::invalid_argument;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    if (std::size_t n = poll(out); n > 0) return n;
+    // A sleeping waiter leaves progress to the agent; a busy one drives it.
+    if (std::size_t n = impl_->take(out); n > 0) return n;
+    impl_->drive(impl_->zone->busy_poll);
+    if (std::size_t n = impl_->take(out); n > 0) return n;
     auto now = std::chrono::steady_clock::now();
     if (timeout.count() >= 0 && now >= deadline) return Errc::timeout;
     if (impl_->zone->busy_poll) continue;

@@ -102,9 +102,13 @@ struct CqImpl {
   std::mutex sources_mu;
   std::vector<std::weak_ptr<EndpointImpl>> sources;
 
+  std::atomic<std::int64_t> last_empty_poll{0};
+
   void push(Completion c);
   std::size_t take(std::span<Completion> out);
-  void drive();
+  /// Progress the endpoints feeding this queue on the calling thread;
+  /// `claim`: the caller may be spinning (see kSpinGap).
+  void drive(bool claim);
 };
 
 struct ListenerImpl {
@@ -125,6 +129,8 @@ struct ConnRequestImpl {
   std::vector<std::uint8_t> private_data;
   std::uint32_t peer_max_message = 0;
   bool used = false;
+  std::string peer_host;  // empty when the transport did not say
+  std::uint16_t peer_port = 0;
 };
 
 /// Wire formats (little-endian hosts only, as libfabric's tcp provider).
@@ -229,6 +235,9 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   std::uint32_t peer_max_message = 0;
   bool peer_said_bye = false;
   bool closed = false;
+  // Until this steady-clock time (ns) a user thread polling one of the
+  // endpoint's completion queues drives its progress; the agent stands back.
+  std::atomic<std::int64_t> user_driven_until{0};
 
   // Connection events.
   std::mutex ev_mu;
@@ -283,7 +292,12 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::mutex mu_;
-  std::vector<std::weak_ptr<EndpointImpl>> endpoints_;
+  struct Watched {
+    std::weak_ptr<EndpointImpl> ep;
+    int fd;
+    bool armed;  // fd in the epoll set with EPOLLIN
+  };
+  std::vector<Watched> endpoints_;
 };
 
 std::uint64_t next_object_id();
