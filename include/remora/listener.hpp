@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "remora/endpoint.hpp"
@@ -29,10 +30,17 @@ class ConnectionRequest {
   bool valid() const noexcept { return impl_ != nullptr; }
   /// The client's private data.
   const std::vector<std::uint8_t>& private_data() const noexcept;
+  /// The client's address (numeric host) and source port, when the transport
+  /// reports them; empty and 0 otherwise.
+  std::string peer_host() const;
+  std::uint16_t peer_port() const noexcept;
   /// Accept into `ep` (same zone, unconnected). The endpoint reports
   /// `established` when the connection is up. Errors: invalid_handle (request
   /// already used), invalid_state, zone_mismatch, invalid_argument.
   Result<void> accept(Endpoint& ep, std::span<const std::uint8_t> private_data = {});
+  /// Like accept(), but `ep` may belong to any zone of the same Fabric (the
+  /// uDAPL layer: a PSP belongs to the IA, the accepting EP to any PZ).
+  Result<void> accept_any_zone(Endpoint& ep, std::span<const std::uint8_t> private_data = {});
   /// Errors: invalid_handle (already used), invalid_argument.
   Result<void> reject(std::span<const std::uint8_t> private_data = {});
 

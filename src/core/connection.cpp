@@ -127,8 +127,7 @@ void EndpointImpl::pump_deferred() {
     if (rc == -EAGAIN) return;  // retried after the next completion
     deferred.pop_front();
     if (rc) {
-      complete(s, error_from_post(rc));
-      fail(ConnectionEventType::lost);
+      fail(&s, error_from_post(rc), ConnectionEventType::lost);
       return;
     }
   }
@@ -159,9 +158,13 @@ void EndpointImpl::flush_all() {
   pending_replies.clear();
 }
 
-void EndpointImpl::fail(ConnectionEventType ev) {
-  if (state != EndpointState::connected) return;
-  state = EndpointState::error;
+void EndpointImpl::fail(OpSlot* s, std::error_code status, ConnectionEventType ev) {
+  const bool was_connected = state == EndpointState::connected;
+  // The state changes before the failed operation is reported, so a thread
+  // that takes the error completion already sees the endpoint in error.
+  if (was_connected) state = EndpointState::error;
+  if (s != nullptr) complete(*s, status);
+  if (!was_connected) return;
   conn->shutdown();
   flush_all();
   push_event(ConnectionEvent{ev, {}});
@@ -191,8 +194,7 @@ void EndpointImpl::handle(const backend::CqEntry& e) {
   s->posted = false;
   --in_flight;
   if (e.err != 0) {
-    complete(*s, status_from_transport(e.err));
-    fail(ConnectionEventType::lost);
+    fail(s, status_from_transport(e.err), ConnectionEventType::lost);
     return;
   }
   complete(*s, {});
@@ -296,7 +298,8 @@ void EndpointImpl::handle_request(const wire::Ctl& req) {
             auto pr = r.persist(req.addr, req.len);
             rep.status = pr ? 0 : static_cast<std::uint16_t>(pr.error() == Errc::not_supported ? Errc::not_supported : Errc::io_error);
           } else {
-            __atomic_thread_fence(__ATOMIC_SEQ_CST);
+            // Earlier writes were placed by this CPU before the request was
+            // read from the same ordered connection: they are visible.
             rep.status = 0;
           }
         }
@@ -327,8 +330,7 @@ void EndpointImpl::handle_reply(const wire::Ctl& rep) {
     complete(s, {});
     return;
   }
-  complete(s, make_error_code(Errc::remote_access));
-  fail(ConnectionEventType::lost);
+  fail(&s, make_error_code(Errc::remote_access), ConnectionEventType::lost);
 }
 
 int EndpointImpl::progress() {

@@ -259,7 +259,9 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   void handle_reply(const wire::Ctl& rep);
   void deliver(Incoming in);
   void flush_replies();
-  void fail(ConnectionEventType ev);
+  /// Fail `s` (if given) with `status` and, when connected, move to error:
+  /// shut the connection, flush everything else, report `ev`.
+  void fail(OpSlot* s, std::error_code status, ConnectionEventType ev);
   void flush_all();
   void repost(OpSlot& rxs);
 

@@ -57,6 +57,32 @@ Result<void> ConnectionRequest::accept(Endpoint& ep, std::span<const std::uint8_
   return {};
 }
 
+std::string ConnectionRequest::peer_host() const { return impl_ ? impl_->peer_host : std::string(); }
+
+std::uint16_t ConnectionRequest::peer_port() const noexcept { return impl_ ? impl_->peer_port : 0; }
+
+Result<void> ConnectionRequest::accept_any_zone(Endpoint& ep, std::span<const std::uint8_t> pdata) {
+  if (!impl_ || impl_->used) return Errc::invalid_handle;
+  if (!ep.valid()) return Errc::invalid_handle;
+  if (pdata.size() > kMaxPrivateData) return Errc::invalid_argument;
+  auto listener = impl_->listener.lock();
+  if (!listener) return Errc::invalid_handle;
+  auto* e = ep.impl().get();
+  if (e->zone->fabric != listener->zone->fabric) return Errc::zone_mismatch;
+  std::lock_guard<std::mutex> lock(e->mu);
+  if (e->closed) return Errc::invalid_handle;
+  if (e->state != EndpointState::unconnected) return Errc::invalid_state;
+  if (auto r = e->setup_connection(impl_->request); !r) return r.error();
+  e->peer_max_message = impl_->peer_max_message;
+  if (auto r = e->conn->accept(detail::make_hello(e->options.max_message, pdata)); !r) {
+    e->conn.reset();
+    return r.error();
+  }
+  e->state = EndpointState::connect_pending;
+  impl_->used = true;
+  return {};
+}
+
 Result<void> ConnectionRequest::reject(std::span<const std::uint8_t> pdata) {
   if (!impl_ || impl_->used) return Errc::invalid_handle;
   if (pdata.size() > kMaxPrivateData) return Errc::invalid_argument;

@@ -87,6 +87,8 @@ struct CmEvent {
   std::vector<std::uint8_t> data;
   int err = 0;
   std::shared_ptr<void> request;  // opaque request info (conn_request)
+  std::string peer_host;          // conn_request: the peer's address, when known
+  std::uint16_t peer_port = 0;
 };
 
 class PassiveEndpoint {

@@ -383,6 +383,13 @@ class OfiDomain final : public Domain {
       case FI_CONNREQ:
         ev.kind = CmEvent::conn_request;
         ev.request = std::shared_ptr<void>(entry->info, [](void* p) { fi_freeinfo(static_cast<fi_info*>(p)); });
+        if (entry->info && entry->info->dest_addr && entry->info->addr_format == FI_SOCKADDR_IN &&
+            entry->info->dest_addrlen >= sizeof(sockaddr_in)) {
+          const auto* sin = static_cast<const sockaddr_in*>(entry->info->dest_addr);
+          char host[INET_ADDRSTRLEN];
+          if (inet_ntop(AF_INET, &sin->sin_addr, host, sizeof host)) ev.peer_host = host;
+          ev.peer_port = ntohs(sin->sin_port);
+        }
         break;
       case FI_CONNECTED: ev.kind = CmEvent::connected; break;
       case FI_SHUTDOWN: ev.kind = CmEvent::shutdown; break;
@@ -421,9 +428,14 @@ class OfiTransport final : public Transport {
   FabricInfo desc_;
 };
 
+// Providers that fail under Remora's use: libfabric 1.17's `sockets`
+// crashes in its connection-manager thread on the first connection.
+bool excluded(const std::string& provider) { return provider == "sockets"; }
+
 }  // namespace
 
 Result<std::shared_ptr<Transport>> Transport::open(const FabricOptions& options) {
+  if (excluded(options.provider)) return Errc::not_supported;
   InfoPtr hints = make_hints(options.provider);
   if (!hints) return Errc::no_memory;
   fi_info* raw = nullptr;
@@ -472,7 +484,10 @@ Result<std::vector<FabricInfo>> Transport::list(const std::string& provider_filt
   std::vector<FabricInfo> out;
   std::set<std::string> seen;
   for (fi_info* p = all.get(); p; p = p->next) {
+    p->domain_attr->mr_mode |= FI_MR_VIRT_ADDR;  // as Transport::open does
     FabricInfo d = describe(p);
+    if (d.address.empty()) continue;  // Remora addresses peers by IPv4
+    if (excluded(d.provider)) continue;
     std::string id = d.provider + "/" + d.domain_name + "/" + d.address;
     if (!seen.insert(id).second) continue;
     d.native_atomics = atomic_domains.count(d.provider + "/" + d.domain_name) != 0;
