@@ -117,7 +117,11 @@ class Endpoint {
   Result<void> send_imm(std::span<const Segment> src, std::uint32_t imm, std::uint64_t cookie,
                         PostFlags flags = PostFlags::none);
   /// Post a receive; completions go to the receive queue. Messages that
-  /// arrive before a receive is posted are held and matched in order.
+  /// arrive before a receive is posted are held and matched in order. Unlike
+  /// the other posts, a receive may be posted before the endpoint is
+  /// connected (it is kept for the connection). A write with immediate data
+  /// consumes one receive and reports the written length (for writes below
+  /// 16 MiB; larger ones report what the provider gives, 0 on tcp).
   Result<void> recv(std::span<const Segment> dst, std::uint64_t cookie);
   /// Atomically store 8 bytes at dst+dst_offset (must be 8-byte aligned).
   Result<void> atomic_write(const RemoteRegion& dst, std::uint64_t dst_offset, std::uint64_t value,

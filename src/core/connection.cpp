@@ -178,7 +178,8 @@ void EndpointImpl::handle(const backend::CqEntry& e) {
       in.write_imm = true;
       in.has_imm = true;
       in.imm = static_cast<std::uint32_t>(e.data);
-      in.length = e.len;
+      const std::uint64_t carried = wire::write_imm_length(e.data);
+      in.length = e.len != 0 || carried == wire::kLengthUnknown ? e.len : carried;
       deliver(std::move(in));
     }
     return;

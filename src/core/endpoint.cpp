@@ -112,7 +112,7 @@ Result<void> rma(EndpointImpl* ep, bool is_write, std::span<const Segment> segs,
   op.remote = r;
   op.offset = off;
   op.with_data = with_imm;
-  op.data = with_imm ? wire::data(wire::write_imm, imm) : 0;
+  op.data = with_imm ? wire::write_imm_data(imm, local->total) : 0;
   return post(ep, op, cookie, flags);
 }
 

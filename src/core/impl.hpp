@@ -1,6 +1,7 @@
 // src/core/impl.hpp - internal object model behind the public handles.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -149,6 +150,13 @@ static_assert(sizeof(Hello) == 16);
 enum Kind : std::uint8_t { user_msg = 1, user_msg_imm = 2, ctl_request = 3, ctl_reply = 4, write_imm = 5 };
 inline std::uint64_t data(Kind k, std::uint32_t imm = 0) { return (std::uint64_t{k} << 56) | imm; }
 inline Kind kind_of(std::uint64_t d) { return static_cast<Kind>(d >> 56); }
+// A write with immediate also carries its length in bits 32..55 (the tcp
+// provider reports 0 for it); kLengthUnknown marks writes of 16 MiB or more.
+constexpr std::uint64_t kLengthUnknown = 0xffffff;
+inline std::uint64_t write_imm_data(std::uint32_t imm, std::uint64_t len) {
+  return data(write_imm, imm) | (std::min(len, kLengthUnknown) << 32);
+}
+inline std::uint64_t write_imm_length(std::uint64_t d) { return (d >> 32) & kLengthUnknown; }
 
 enum CtlOp : std::uint8_t { op_atomic_write = 1, op_flush = 2, op_bye = 3 };
 struct Ctl {
