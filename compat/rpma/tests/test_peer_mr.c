@@ -1,0 +1,125 @@
+/* test_peer_mr.c - rpma_peer_*, rpma_mr_* */
+#include <sys/mman.h>
+#include "common.h"
+
+int main(void)
+{
+	check_loaded_library();
+	struct ibv_context *ctx;
+	struct rpma_peer *peer = NULL;
+	REQUIRE_OK(rpma_utils_get_ibv_context("127.0.0.1", RPMA_UTIL_IBV_CONTEXT_LOCAL, &ctx));
+
+	/* ---- peer ---- */
+	EXPECT_RC(rpma_peer_new(NULL, &peer), RPMA_E_INVAL);
+	EXPECT_RC(rpma_peer_new(ctx, NULL), RPMA_E_INVAL);
+	struct ibv_context foreign;
+	memset(&foreign, 0, sizeof(foreign));
+	EXPECT_RC(rpma_peer_new(&foreign, &peer), RPMA_E_PROVIDER);
+	CHECK(peer == NULL);
+	EXPECT_RC(rpma_peer_delete(NULL), RPMA_E_INVAL);
+	REQUIRE_OK(rpma_peer_new(ctx, &peer));
+
+	/* ---- registration ---- */
+	size_t size = 2 * 4096;
+	char *buf = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(buf != MAP_FAILED);
+	struct rpma_mr_local *mr = NULL;
+	EXPECT_RC(rpma_mr_reg(NULL, buf, size, RPMA_MR_USAGE_READ_SRC, &mr), RPMA_E_INVAL);
+	EXPECT_RC(rpma_mr_reg(peer, NULL, size, RPMA_MR_USAGE_READ_SRC, &mr), RPMA_E_INVAL);
+	EXPECT_RC(rpma_mr_reg(peer, buf, 0, RPMA_MR_USAGE_READ_SRC, &mr), RPMA_E_INVAL);
+	EXPECT_RC(rpma_mr_reg(peer, buf, size, RPMA_MR_USAGE_READ_SRC, NULL), RPMA_E_INVAL);
+	EXPECT_RC(rpma_mr_reg(peer, buf, size, 0, &mr), RPMA_E_INVAL);
+	CHECK(mr == NULL);
+	REQUIRE_OK(rpma_mr_reg(peer, buf, size,
+		RPMA_MR_USAGE_WRITE_DST | RPMA_MR_USAGE_READ_SRC | RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT, &mr));
+
+	void *p = NULL;
+	size_t s = 0;
+	EXPECT_RC(rpma_mr_get_ptr(NULL, &p), RPMA_E_INVAL);
+	EXPECT_RC(rpma_mr_get_ptr(mr, NULL), RPMA_E_INVAL);
+	EXPECT_OK(rpma_mr_get_ptr(mr, &p));
+	CHECK(p == buf);
+	EXPECT_RC(rpma_mr_get_size(NULL, &s), RPMA_E_INVAL);
+	EXPECT_RC(rpma_mr_get_size(mr, NULL), RPMA_E_INVAL);
+	EXPECT_OK(rpma_mr_get_size(mr, &s));
+	CHECK(s == size);
+
+	/* ---- descriptors ---- */
+	size_t ds = 0;
+	EXPECT_RC(rpma_mr_get_descriptor_size(NULL, &ds), RPMA_E_INVAL);
+	EXPECT_RC(rpma_mr_get_descriptor_size(mr, NULL), RPMA_E_INVAL);
+	EXPECT_OK(rpma_mr_get_descriptor_size(mr, &ds));
+	CHECK(ds > 0 && ds <= 255); /* must fit private data */
+	unsigned char desc[256];
+	EXPECT_RC(rpma_mr_get_descriptor(NULL, desc), RPMA_E_INVAL);
+	EXPECT_RC(rpma_mr_get_descriptor(mr, NULL), RPMA_E_INVAL);
+	EXPECT_OK(rpma_mr_get_descriptor(mr, desc));
+	struct rpma_mr_remote *rmr = NULL;
+	EXPECT_RC(rpma_mr_remote_from_descriptor(NULL, ds, &rmr), RPMA_E_INVAL);
+	EXPECT_RC(rpma_mr_remote_from_descriptor(desc, ds, NULL), RPMA_E_INVAL);
+	EXPECT_RC(rpma_mr_remote_from_descriptor(desc, ds - 1, &rmr), RPMA_E_INVAL);
+	EXPECT_RC(rpma_mr_remote_from_descriptor(desc, ds + 1, &rmr), RPMA_E_INVAL);
+	/* malformed bytes: RPMA_E_NOSUPP */
+	unsigned char bad[256];
+	memcpy(bad, desc, ds);
+	bad[0] ^= 0xff; /* magic */
+	EXPECT_RC(rpma_mr_remote_from_descriptor(bad, ds, &rmr), RPMA_E_NOSUPP);
+	memcpy(bad, desc, ds);
+	bad[ds - 1] = RPMA_MR_USAGE_WRITE_DST; /* usage disagrees with the region */
+	EXPECT_RC(rpma_mr_remote_from_descriptor(bad, ds, &rmr), RPMA_E_NOSUPP);
+	memcpy(bad, desc, ds);
+	bad[ds - 1] = 0;
+	EXPECT_RC(rpma_mr_remote_from_descriptor(bad, ds, &rmr), RPMA_E_NOSUPP);
+	memset(bad, 0, sizeof(bad));
+	EXPECT_RC(rpma_mr_remote_from_descriptor(bad, ds, &rmr), RPMA_E_NOSUPP);
+	CHECK(rmr == NULL);
+	EXPECT_OK(rpma_mr_remote_from_descriptor(desc, ds, &rmr));
+	EXPECT_RC(rpma_mr_remote_get_size(NULL, &s), RPMA_E_INVAL);
+	EXPECT_RC(rpma_mr_remote_get_size(rmr, NULL), RPMA_E_INVAL);
+	s = 0;
+	EXPECT_OK(rpma_mr_remote_get_size(rmr, &s));
+	CHECK(s == size);
+	int ft = -1;
+	EXPECT_RC(rpma_mr_remote_get_flush_type(NULL, &ft), RPMA_E_INVAL);
+	EXPECT_RC(rpma_mr_remote_get_flush_type(rmr, NULL), RPMA_E_INVAL);
+	CHECK(ft == -1);
+	EXPECT_OK(rpma_mr_remote_get_flush_type(rmr, &ft));
+	CHECK(ft == RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT);
+	EXPECT_RC(rpma_mr_remote_delete(NULL), RPMA_E_INVAL);
+	EXPECT_OK(rpma_mr_remote_delete(&rmr));
+	CHECK(rmr == NULL);
+
+	/* a region with no remote usage has a descriptor too */
+	struct rpma_mr_local *smr = NULL;
+	REQUIRE_OK(rpma_mr_reg(peer, buf, 64, RPMA_MR_USAGE_SEND, &smr));
+	EXPECT_OK(rpma_mr_get_descriptor(smr, desc));
+	EXPECT_OK(rpma_mr_remote_from_descriptor(desc, ds, &rmr));
+	EXPECT_OK(rpma_mr_remote_get_flush_type(rmr, &ft));
+	CHECK(ft == 0);
+	EXPECT_OK(rpma_mr_remote_delete(&rmr));
+
+	/* ---- advise ---- */
+	EXPECT_RC(rpma_mr_advise(NULL, 0, 16, IBV_ADVISE_MR_ADVICE_PREFETCH, 0), RPMA_E_INVAL);
+	EXPECT_RC(rpma_mr_advise(mr, size, 1, IBV_ADVISE_MR_ADVICE_PREFETCH, 0), RPMA_E_INVAL);
+	EXPECT_RC(rpma_mr_advise(mr, 1, size, IBV_ADVISE_MR_ADVICE_PREFETCH, 0), RPMA_E_INVAL);
+	EXPECT_RC(rpma_mr_advise(mr, 0, 16, 77, 0), RPMA_E_INVAL);
+	EXPECT_RC(rpma_mr_advise(mr, 0, 16, IBV_ADVISE_MR_ADVICE_PREFETCH, 0x80), RPMA_E_INVAL);
+	/* a send source cannot be prefetched for writing */
+	EXPECT_RC(rpma_mr_advise(smr, 0, 16, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, 0), RPMA_E_INVAL);
+	int rc = rpma_mr_advise(mr, 0, size, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH);
+	CHECK(rc == 0 || rc == RPMA_E_NOSUPP);
+	rc = rpma_mr_advise(mr, 100, 200, IBV_ADVISE_MR_ADVICE_PREFETCH, 0);
+	CHECK(rc == 0 || rc == RPMA_E_NOSUPP);
+	EXPECT_OK(rpma_mr_advise(mr, 0, 16, IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT, 0));
+
+	/* ---- deregistration ---- */
+	EXPECT_RC(rpma_mr_dereg(NULL), RPMA_E_INVAL);
+	EXPECT_OK(rpma_mr_dereg(&smr));
+	EXPECT_OK(rpma_mr_dereg(&mr));
+	CHECK(mr == NULL);
+	EXPECT_OK(rpma_peer_delete(&peer));
+	CHECK(peer == NULL);
+	EXPECT_OK(rpma_peer_delete(&peer));
+	munmap(buf, size);
+	return finish("test_peer_mr");
+}
