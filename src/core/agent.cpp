@@ -127,11 +127,12 @@ void Agent::handle_cm(backend::CmEvent& ev) {
 
 void Agent::run() {
   std::vector<std::shared_ptr<EndpointImpl>> eps;
-  // After work, keep polling for a short while before sleeping: the
-  // operations of one burst (a write and the flush behind it) then cost one
-  // wake-up, not one each.
-  constexpr auto kLinger = std::chrono::microseconds(40);
-  auto last_work = std::chrono::steady_clock::time_point{};
+  // After traffic woke it, the agent keeps polling for a short while before
+  // sleeping again: the operations of one burst (a write and the read right
+  // behind it) then cost one wake-up, not one each. A plain incoming write
+  // leaves no completion at the target, so the wake itself is the signal.
+  constexpr auto kLinger = std::chrono::microseconds(30);
+  auto linger_until = std::chrono::steady_clock::time_point{};
   while (!stop_) {
     int work = 0;
     backend::CmEvent ev;
@@ -163,8 +164,7 @@ void Agent::run() {
     }
     for (auto& ep : eps) work += ep->progress();
     if (stop_) break;
-    if (work > 0) last_work = std::chrono::steady_clock::now();
-    if ((busy_ || std::chrono::steady_clock::now() - last_work < kLinger) && !eps.empty()) {
+    if (!eps.empty() && (busy_ || work > 0 || std::chrono::steady_clock::now() < linger_until)) {
       eps.clear();
       continue;
     }
@@ -179,8 +179,12 @@ void Agent::run() {
     epoll_event out[16];
     // While users drive endpoints, look again soon to take them back.
     int n = epoll_wait(epfd_, out, 16, user_driven ? 1 : 100);
-    for (int i = 0; i < n; ++i)
-      if (out[i].data.fd == wake_.fd()) wake_.clear();
+    for (int i = 0; i < n; ++i) {
+      if (out[i].data.fd == wake_.fd())
+        wake_.clear();
+      else
+        linger_until = std::chrono::steady_clock::now() + kLinger;
+    }
   }
 }
 

@@ -15,7 +15,7 @@ constexpr std::chrono::microseconds kUserDriveWindow{500};
 void CqImpl::push(Completion c) {
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (queue.empty()) signal.raise();
+    if (queue.empty() && fd_in_use) signal.raise();
     queue.push_back(std::move(c));
   }
   cv.notify_all();
@@ -28,7 +28,7 @@ std::size_t CqImpl::take(std::span<Completion> out) {
     out[i] = std::move(queue.front());
     queue.pop_front();
   }
-  if (n > 0 && queue.empty()) signal.clear();
+  if (n > 0 && queue.empty() && fd_in_use) signal.clear();
   return n;
 }
 
@@ -82,7 +82,17 @@ Result<std::size_t> CompletionQueue::wait(std::span<Completion> out, std::chrono
   }
 }
 
-int CompletionQueue::fd() const noexcept { return impl_ ? impl_->signal.fd() : -1; }
+int CompletionQueue::fd() const noexcept {
+  if (!impl_) return -1;
+  // The eventfd is kept in step with the queue only once someone asked for
+  // it: a queue that is only polled costs no system call per completion.
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (!impl_->fd_in_use) {
+    impl_->fd_in_use = true;
+    if (!impl_->queue.empty()) impl_->signal.raise();
+  }
+  return impl_->signal.fd();
+}
 
 std::size_t CompletionQueue::size() const noexcept {
   if (!impl_) return 0;

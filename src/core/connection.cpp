@@ -41,11 +41,12 @@ Result<void> EndpointImpl::setup_connection(const std::shared_ptr<void>& request
     free_slots.push_back(static_cast<std::uint32_t>(depth - 1 - i));
   }
   const std::size_t buf = std::max<std::size_t>(options.max_message, sizeof(wire::Ctl));
-  rx_memory.assign(buf * nrx, 0);
+  rx_memory.assign(buf * nrx + kScratchBytes, 0);
   auto key = zone->domain->register_memory(rx_memory.data(), rx_memory.size(), Access::local_write,
                                            zone->random_key());
   if (!key) return key.error();
   rx_key = std::move(*key);
+  scratch = backend::Iov{rx_memory.data() + buf * nrx, 1, rx_key->desc()};
   rx = std::vector<OpSlot>(nrx);
   conn = std::move(*c);
   for (std::size_t i = 0; i < nrx; ++i) {
@@ -108,8 +109,13 @@ int EndpointImpl::post_slot(OpSlot& s) {
 
 Result<void> EndpointImpl::submit(std::uint32_t index) {
   OpSlot& s = slots[index];
-  if (!deferred.empty() || (s.fence && in_flight > 0)) {
+  const bool waits = s.fence || s.kind == OpSlot::Kind::local;
+  if (!deferred.empty() || (waits && in_flight > 0)) {
     deferred.push_back(index);
+    return {};
+  }
+  if (s.kind == OpSlot::Kind::local) {
+    complete(s, {});
     return {};
   }
   if (int rc = post_slot(s); rc) {
@@ -122,7 +128,12 @@ Result<void> EndpointImpl::submit(std::uint32_t index) {
 void EndpointImpl::pump_deferred() {
   while (state == EndpointState::connected && !deferred.empty()) {
     OpSlot& s = slots[deferred.front()];
-    if (s.fence && in_flight > 0) return;
+    if ((s.fence || s.kind == OpSlot::Kind::local) && in_flight > 0) return;
+    if (s.kind == OpSlot::Kind::local) {
+      deferred.pop_front();
+      complete(s, {});
+      continue;
+    }
     int rc = post_slot(s);
     if (rc == -EAGAIN) return;  // retried after the next completion
     deferred.pop_front();

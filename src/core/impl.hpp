@@ -100,6 +100,7 @@ struct CqImpl {
   std::condition_variable cv;
   std::deque<Completion> queue;
   Signal signal;
+  bool fd_in_use = false;  // guarded by mu
   std::mutex sources_mu;
   std::vector<std::weak_ptr<EndpointImpl>> sources;
 
@@ -176,7 +177,9 @@ static_assert(sizeof(Ctl) == 48);
 /// One posted operation. The transport header must come first.
 struct OpSlot {
   backend::OpSlotHeader hdr;
-  enum class Kind : std::uint8_t { free, write, read, send, ctl, recv_buffer } kind = Kind::free;
+  // local: a VISIBILITY flush completed here once every earlier operation
+  // has completed (see Endpoint::flush).
+  enum class Kind : std::uint8_t { free, write, read, send, ctl, local, recv_buffer } kind = Kind::free;
   std::uint32_t index = 0;
   std::uint32_t generation = 0;
   Completion done;            // cookie/op/length prefilled
@@ -237,10 +240,14 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   std::vector<OpSlot> rx;              // receive buffers
   std::vector<std::uint8_t> rx_memory;
   std::unique_ptr<backend::MemoryKey> rx_key;
+  // Landing place of the 1-byte reads that implement VISIBILITY flushes.
+  static constexpr std::size_t kScratchBytes = 64;
+  backend::Iov scratch{};
   std::deque<PostedRecv> posted_recvs;
   std::deque<Incoming> unmatched;
   std::deque<wire::Ctl> pending_replies;
   std::uint32_t peer_max_message = 0;
+  std::uint64_t last_write_key = 0;  // remote key of the latest write posted
   bool peer_said_bye = false;
   bool closed = false;
   // Until this steady-clock time (ns) a user thread polling one of the
