@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
@@ -177,8 +178,11 @@ void Agent::run() {
     eps.clear();  // never keep an endpoint alive while asleep
     if (!can_sleep) continue;
     epoll_event out[16];
-    // While users drive endpoints, look again soon to take them back.
-    int n = epoll_wait(epfd_, out, 16, user_driven ? 1 : 100);
+    // While users drive endpoints, look again soon (after about twice the
+    // drive window) to take them back once the users stop polling.
+    timespec ts{0, user_driven ? 200'000 : 100'000'000};
+    int n = epoll_pwait2(epfd_, out, 16, &ts, nullptr);
+    if (n < 0 && errno == ENOSYS) n = epoll_wait(epfd_, out, 16, user_driven ? 1 : 100);
     for (int i = 0; i < n; ++i) {
       if (out[i].data.fd == wake_.fd())
         wake_.clear();

@@ -10,7 +10,7 @@ namespace detail {
 // on it; for kUserDriveWindow after each such poll the agent leaves the
 // queue's endpoints to that thread instead of competing for them.
 constexpr std::chrono::microseconds kSpinGap{50};
-constexpr std::chrono::microseconds kUserDriveWindow{500};
+constexpr std::chrono::microseconds kUserDriveWindow{100};
 
 void CqImpl::push(Completion c) {
   {

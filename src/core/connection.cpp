@@ -83,6 +83,7 @@ void EndpointImpl::release_slot(std::uint32_t i) {
   OpSlot& s = slots[i];
   s.kind = OpSlot::Kind::free;
   s.posted = false;
+  s.finished = false;
   ++s.generation;
   free_slots.push_back(i);
 }
@@ -119,6 +120,7 @@ Result<void> EndpointImpl::submit(std::uint32_t index) {
     return {};
   }
   if (int rc = post_slot(s); rc) {
+    order.pop_back();  // posted last, reported never
     release_slot(index);
     return error_from_post(rc);
   }
@@ -145,16 +147,31 @@ void EndpointImpl::pump_deferred() {
 }
 
 void EndpointImpl::complete(OpSlot& s, std::error_code status) {
-  Completion c = s.done;
-  c.status = status;
-  const bool report = status || s.signalled;
-  release_slot(s.index);
-  if (report) send_cq->push(std::move(c));
+  s.done.status = status;
+  s.finished = true;
+  report_in_order();
+}
+
+void EndpointImpl::report_in_order() {
+  while (!order.empty() && slots[order.front()].finished) {
+    OpSlot& s = slots[order.front()];
+    order.pop_front();
+    Completion c = s.done;
+    const bool report = c.status || s.signalled;
+    release_slot(s.index);
+    if (report) send_cq->push(std::move(c));
+  }
 }
 
 void EndpointImpl::flush_all() {
-  for (auto& s : slots)
-    if (s.kind != OpSlot::Kind::free) complete(s, make_error_code(Errc::flushed));
+  for (std::uint32_t i : order) {
+    OpSlot& s = slots[i];
+    if (!s.finished) {
+      s.done.status = make_error_code(Errc::flushed);
+      s.finished = true;
+    }
+  }
+  report_in_order();
   deferred.clear();
   in_flight = 0;
   while (!posted_recvs.empty()) {

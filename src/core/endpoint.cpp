@@ -104,6 +104,7 @@ Result<void> post(EndpointImpl* ep, const OpSpec& op, std::uint64_t cookie, Post
   s.with_data = op.with_data;
   s.data = op.data;
   s.ctl = op.ctl;
+  ep->order.push_back(*idx);
   return ep->submit(*idx);
 }
 

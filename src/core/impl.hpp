@@ -186,6 +186,7 @@ struct OpSlot {
   bool signalled = true;
   bool fence = false;
   bool posted = false;
+  bool finished = false;  // outcome known, waiting for earlier ones (order)
   // Operation description, kept for deferred (fenced) posting.
   backend::Iov iov[8];
   std::size_t iov_count = 0;
@@ -237,6 +238,7 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   std::vector<std::uint32_t> free_slots;
   std::uint32_t in_flight = 0;         // posted to the transport, not yet completed
   std::deque<std::uint32_t> deferred;  // waiting behind a fence
+  std::deque<std::uint32_t> order;     // every slot in use, in posting order
   std::vector<OpSlot> rx;              // receive buffers
   std::vector<std::uint8_t> rx_memory;
   std::unique_ptr<backend::MemoryKey> rx_key;
@@ -266,7 +268,10 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   void release_slot(std::uint32_t i);
   int post_slot(OpSlot& s);
   Result<void> submit(std::uint32_t index);
+  /// Record the outcome of `s`; outcomes are reported in posting order, as
+  /// an RC send queue does.
   void complete(OpSlot& s, std::error_code status);
+  void report_in_order();
   void pump_deferred();
   void handle(const backend::CqEntry& e);
   void handle_message(OpSlot& rxs, const backend::CqEntry& e);
