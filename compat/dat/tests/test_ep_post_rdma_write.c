@@ -2,7 +2,12 @@
  * one block per paragraph of the seed page (shared/seeds/003_*.txt). */
 #include "dat_test.h"
 
-static char src[8192], dst[8192], other[4096], rdonly[4096];
+/* src lies inside a larger arena so that a segment one byte before it is a
+ * valid address outside its LMR (the INVALID_PARAMETER case), not UB. */
+static char arena[64 + 8192];
+static char *const src = arena + 64;
+static char dst[8192], other[4096], rdonly[4096];
+#define SRC_SIZE 8192
 
 static DAT_EVENT drain_one(DAT_EVD_HANDLE evd) {
     DAT_EVENT ev;
@@ -24,7 +29,7 @@ int main(void) {
     ia = open_ia(IA_NAME, &async);
     ca.max_request_dtos = 4;
     pair_open(&p, ia, &ca);
-    ls = mk_lmr(ia, p.cpz, src, sizeof src, DAT_MEM_PRIV_LOCAL_READ_FLAG | DAT_MEM_PRIV_LOCAL_WRITE_FLAG);
+    ls = mk_lmr(ia, p.cpz, src, SRC_SIZE, DAT_MEM_PRIV_LOCAL_READ_FLAG | DAT_MEM_PRIV_LOCAL_WRITE_FLAG);
     lt = mk_lmr(ia, p.spz, dst, sizeof dst, DAT_MEM_PRIV_ALL_FLAG);
     lother = mk_lmr(ia, p.spz, other, sizeof other, DAT_MEM_PRIV_ALL_FLAG);
     lro = mk_lmr(ia, p.spz, rdonly, sizeof rdonly, DAT_MEM_PRIV_LOCAL_READ_FLAG | DAT_MEM_PRIV_REMOTE_READ_FLAG);
@@ -112,7 +117,7 @@ int main(void) {
         DAT_RMR_TRIPLET r;
         ua.request_completion_flags = DAT_COMPLETION_UNSIGNALLED_FLAG;
         pair_open(&q, ia, &ua);
-        qs = mk_lmr(ia, q.cpz, src, sizeof src, DAT_MEM_PRIV_LOCAL_READ_FLAG);
+        qs = mk_lmr(ia, q.cpz, src, SRC_SIZE, DAT_MEM_PRIV_LOCAL_READ_FLAG);
         qt = mk_lmr(ia, q.spz, other, sizeof other, DAT_MEM_PRIV_ALL_FLAG);
         iov = seg(&qs, src, 10);
         r = rseg(&qt, other, 10);
@@ -154,7 +159,7 @@ int main(void) {
 
     STEP("DAT_INVALID_PARAMETER: a segment outside its LMR, bad counts, flags, remote buffer");
     {
-        DAT_LMR_TRIPLET iov = seg(&ls, src + sizeof src - 5, 10);
+        DAT_LMR_TRIPLET iov = seg(&ls, src + SRC_SIZE - 5, 10);
         DAT_RMR_TRIPLET r = rseg(&lt, dst, 100);
         EXPECT(dat_ep_post_rdma_write(p.cep, 1, &iov, cookie64(0), &r, 0), DAT_INVALID_PARAMETER);
         iov = seg(&ls, src - 1, 10);
@@ -188,7 +193,7 @@ int main(void) {
     {
         DAT_LMR_TRIPLET iov;
         DAT_RMR_TRIPLET r = rseg(&lt, dst, 10);
-        lnoread = mk_lmr(ia, p.cpz, src, sizeof src, DAT_MEM_PRIV_LOCAL_WRITE_FLAG);
+        lnoread = mk_lmr(ia, p.cpz, src, SRC_SIZE, DAT_MEM_PRIV_LOCAL_WRITE_FLAG);
         iov = seg(&lnoread, src, 10);
         EXPECT(dat_ep_post_rdma_write(p.cep, 1, &iov, cookie64(0), &r, 0), DAT_PRIVILEGES_VIOLATION);
         iov.lmr_context = lnoread.lctx ^ 0x5a5a0000u;
@@ -253,7 +258,7 @@ int main(void) {
         DAT_LMR_TRIPLET iov;
         DAT_RMR_TRIPLET r;
         pair_open(&q, ia, NULL);
-        qs = mk_lmr(ia, q.cpz, src, sizeof src, DAT_MEM_PRIV_LOCAL_READ_FLAG);
+        qs = mk_lmr(ia, q.cpz, src, SRC_SIZE, DAT_MEM_PRIV_LOCAL_READ_FLAG);
         qt = mk_lmr(ia, q.spz, other, sizeof other, DAT_MEM_PRIV_ALL_FLAG);
         memset(other, 'x', 16);
         iov = seg(&qs, src, 10);
@@ -277,7 +282,7 @@ int main(void) {
         DAT_RMR_TRIPLET r;
         pair_open(&q, ia, NULL);
         OK(dat_pz_create(ia, &third));
-        qs = mk_lmr(ia, q.cpz, src, sizeof src, DAT_MEM_PRIV_LOCAL_READ_FLAG);
+        qs = mk_lmr(ia, q.cpz, src, SRC_SIZE, DAT_MEM_PRIV_LOCAL_READ_FLAG);
         qt = mk_lmr(ia, third, other, sizeof other, DAT_MEM_PRIV_ALL_FLAG);
         memset(other, 'y', 16);
         iov = seg(&qs, src, 10);
@@ -300,7 +305,7 @@ int main(void) {
         lmr_t qs;
         struct sockaddr_in sa = loopback();
         pair_objects(&q, ia, NULL);
-        qs = mk_lmr(ia, q.cpz, src, sizeof src, DAT_MEM_PRIV_LOCAL_READ_FLAG);
+        qs = mk_lmr(ia, q.cpz, src, SRC_SIZE, DAT_MEM_PRIV_LOCAL_READ_FLAG);
         iov = seg(&qs, src, 10);
         CHECK(ep_state_of(q.cep) == DAT_EP_STATE_UNCONNECTED);
         EXPECT(dat_ep_post_rdma_write(q.cep, 1, &iov, cookie64(0), &r, 0), DAT_INVALID_STATE);

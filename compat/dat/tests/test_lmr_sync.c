@@ -2,7 +2,12 @@
  * dat_lmr_sync_rdma_read(3DAT) (shared/seeds/000_*.txt, 001_*.txt). */
 #include "dat_test.h"
 
-static char a[4096], b[4096], c[4096], src[4096];
+/* b lies inside a larger arena so that one byte before it is a valid
+ * address outside its LMR (the INVALID_PARAMETER case), not UB. */
+static char a[4096], c[4096], src[4096];
+static char b_arena[64 + 4096];
+static char *const b = b_arena + 64;
+#define B_SIZE 4096
 
 typedef struct {
     DAT_VADDR addr;
@@ -27,7 +32,7 @@ int main(void) {
     fprintf(stderr, "   lmr_sync_req = %s\n", pa.lmr_sync_req ? "DAT_TRUE" : "DAT_FALSE");
 
     la = mk_lmr(ia, p.spz, a, sizeof a, DAT_MEM_PRIV_ALL_FLAG);
-    lb = mk_lmr(ia, p.spz, b, sizeof b, DAT_MEM_PRIV_ALL_FLAG);
+    lb = mk_lmr(ia, p.spz, b, B_SIZE, DAT_MEM_PRIV_ALL_FLAG);
     lc = mk_lmr(ia, p.cpz, c, sizeof c, DAT_MEM_PRIV_ALL_FLAG); /* another PZ */
     ls = mk_lmr(ia, p.cpz, src, sizeof src, DAT_MEM_PRIV_ALL_FLAG);
     lmsg_s = mk_lmr(ia, p.cpz, &out, sizeof out, DAT_MEM_PRIV_LOCAL_READ_FLAG);

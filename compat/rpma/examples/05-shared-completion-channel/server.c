@@ -23,7 +23,9 @@ int main(int argc, char **argv)
 	ex_wait_wc(cq, &wc);
 	EX_ASSERT(wc.opcode == IBV_WC_RECV);
 	printf("received: %s\n", mem.ptr);
-	snprintf(mem.ptr + 1024, 64, "answer to '%s'", mem.ptr);
+	char question[48];
+	snprintf(question, sizeof question, "%s", (const char *)mem.ptr);
+	snprintf((char *)mem.ptr + 1024, 64, "answer to '%.48s'", question);
 	EX_CHECK(rpma_send(conn, mr, 1024, 64, RPMA_F_COMPLETION_ALWAYS, NULL));
 	ex_wait_wc(cq, &wc);
 	EX_ASSERT(wc.opcode == IBV_WC_SEND);
