@@ -41,12 +41,11 @@ Result<void> EndpointImpl::setup_connection(const std::shared_ptr<void>& request
     free_slots.push_back(static_cast<std::uint32_t>(depth - 1 - i));
   }
   const std::size_t buf = std::max<std::size_t>(options.max_message, sizeof(wire::Ctl));
-  rx_memory.assign(buf * nrx + kScratchBytes, 0);
+  rx_memory.assign(buf * nrx, 0);
   auto key = zone->domain->register_memory(rx_memory.data(), rx_memory.size(), Access::local_write,
                                            zone->random_key());
   if (!key) return key.error();
   rx_key = std::move(*key);
-  scratch = backend::Iov{rx_memory.data() + buf * nrx, 1, rx_key->desc()};
   rx = std::vector<OpSlot>(nrx);
   conn = std::move(*c);
   for (std::size_t i = 0; i < nrx; ++i) {
@@ -223,7 +222,11 @@ void EndpointImpl::handle(const backend::CqEntry& e) {
   s->posted = false;
   --in_flight;
   if (e.err != 0) {
-    fail(s, status_from_transport(e.err), ConnectionEventType::lost);
+    // Once the endpoint left `connected` (a local disconnect), the
+    // transport's cancellations are flushes, not remote failures.
+    const auto status =
+        state == EndpointState::connected ? status_from_transport(e.err) : make_error_code(Errc::flushed);
+    fail(s, status, ConnectionEventType::lost);
     return;
   }
   complete(*s, {});

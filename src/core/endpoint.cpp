@@ -52,8 +52,7 @@ struct OpSpec {
   bool with_data = false;
   std::uint64_t data = 0;
   wire::Ctl ctl{};
-  bool into_scratch = false;  // local side is the endpoint's scratch byte
-  bool local_after_writes = false;  // may complete locally (Endpoint::flush)
+  bool local_after_write = false;  // may complete locally (Endpoint::flush)
 };
 
 /// State check, slot, submit. In the disconnected/error states the operation
@@ -77,8 +76,14 @@ Result<void> post(EndpointImpl* ep, const OpSpec& op, std::uint64_t cookie, Post
   if (!idx) return idx.error();
   OpSlot& s = ep->slots[*idx];
   s.kind = op.kind;
-  if (op.kind == OpSlot::Kind::write) ep->last_write_key = op.remote->key();
-  if (op.local_after_writes && ep->last_write_key == op.remote->key()) s.kind = OpSlot::Kind::local;
+  if (op.kind == OpSlot::Kind::write) {
+    ep->last_write_key = op.remote->key();
+    ep->last_write_addr = op.remote->address() + op.offset;
+    ep->last_write_len = op.length;
+  }
+  if (op.local_after_write && ep->last_write_key == op.ctl.key && op.ctl.addr >= ep->last_write_addr &&
+      op.ctl.addr + op.ctl.len <= ep->last_write_addr + ep->last_write_len)
+    s.kind = OpSlot::Kind::local;
   s.done = Completion{};
   s.done.cookie = cookie;
   s.done.op = op.opcode;
@@ -91,10 +96,6 @@ Result<void> post(EndpointImpl* ep, const OpSpec& op, std::uint64_t cookie, Post
   if (op.local) {
     std::copy(op.local->iov, op.local->iov + op.local->count, s.iov);
     s.iov_count = op.local->count;
-  }
-  if (op.into_scratch) {
-    s.iov[0] = ep->scratch;
-    s.iov_count = 1;
   }
   if (op.remote) {
     s.rbase = op.remote->address();
@@ -227,11 +228,12 @@ Result<void> Endpoint::disconnect() {
     (void)ep->conn->inject(&bye, sizeof bye, wire::data(wire::ctl_request));
   }
   if (st == EndpointState::connected || st == EndpointState::connect_pending) {
+    ep->state = EndpointState::disconnected;
     ep->conn->shutdown();
+    // What already finished is reported as such; the rest as flushed.
     backend::CqEntry entries[16];
     for (int n; (n = ep->conn->poll(entries)) > 0;)
       for (int i = 0; i < n; ++i) ep->handle(entries[i]);
-    ep->state = EndpointState::disconnected;
     ep->flush_all();
     ep->push_event(ConnectionEvent{ConnectionEventType::disconnected, {}});
   }
@@ -314,22 +316,6 @@ Result<void> Endpoint::flush(const RemoteRegion& dst, std::uint64_t off, std::ui
   if (auto c = check_remote(dst, off, len, Access::none); !c) return c.error();
   if (dst.access() == Access::none) return Errc::privileges;
   if (type == FlushType::persistent && !dst.persistent()) return Errc::not_supported;
-  if (type == FlushType::visibility && has(dst.access(), Access::remote_read) && dst.length() > 0) {
-    // Writes complete on delivery: the target has placed their data. So when
-    // the latest write on this endpoint went to the same region (its key
-    // already accepted by the target), the flush completes here as soon as
-    // every earlier operation has completed, with no message at all.
-    // Otherwise it is a 1-byte read inside the range: the connection is
-    // ordered (read after write), so its answer means every earlier write
-    // has been placed, and the target checks key and bounds as for any read.
-    OpSpec op{OpSlot::Kind::read, Opcode::flush};
-    op.length = len;
-    op.remote = dst;
-    op.offset = std::min(off, dst.length() - 1);
-    op.into_scratch = true;
-    op.local_after_writes = true;
-    return post(impl_.get(), op, cookie, flags);
-  }
   OpSpec op{OpSlot::Kind::ctl, Opcode::flush};
   op.length = len;
   op.ctl.magic = wire::kCtlMagic;
@@ -338,6 +324,13 @@ Result<void> Endpoint::flush(const RemoteRegion& dst, std::uint64_t off, std::ui
   op.ctl.key = dst.key();
   op.ctl.addr = dst.address() + off;
   op.ctl.len = len;
+  // Writes complete on delivery: the target has placed (and checked) their
+  // data. A VISIBILITY flush inside the range of the latest write posted on
+  // this endpoint therefore completes here, with no message, as soon as
+  // every earlier operation has completed. Any other flush goes to the
+  // target agent, which checks key, bounds and privilege of the whole range
+  // after every earlier write on the ordered connection has been placed.
+  op.local_after_write = type == FlushType::visibility;
   return post(impl_.get(), op, cookie, flags);
 }
 

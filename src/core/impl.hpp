@@ -242,14 +242,13 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   std::vector<OpSlot> rx;              // receive buffers
   std::vector<std::uint8_t> rx_memory;
   std::unique_ptr<backend::MemoryKey> rx_key;
-  // Landing place of the 1-byte reads that implement VISIBILITY flushes.
-  static constexpr std::size_t kScratchBytes = 64;
-  backend::Iov scratch{};
+
   std::deque<PostedRecv> posted_recvs;
   std::deque<Incoming> unmatched;
   std::deque<wire::Ctl> pending_replies;
   std::uint32_t peer_max_message = 0;
-  std::uint64_t last_write_key = 0;  // remote key of the latest write posted
+  // The latest write posted: key and remote range (Endpoint::flush).
+  std::uint64_t last_write_key = 0, last_write_addr = 0, last_write_len = 0;
   bool peer_said_bye = false;
   bool closed = false;
   // Until this steady-clock time (ns) a user thread polling one of the

@@ -16,6 +16,11 @@ void ListenerImpl::close() noexcept {
     if (closed) return;
     closed = true;
     p = std::move(pep);
+    // Requests nobody took are rejected, as a dropped request is.
+    for (auto& r : requests) {
+      if (p && !r->used) (void)p->reject(r->request, make_hello(0, {}));
+      r->used = true;
+    }
     requests.clear();
   }
   cv.notify_all();

@@ -1,0 +1,184 @@
+// CompletionQueue: poll, wait, the readiness file descriptor.
+#include <thread>
+
+#include "unit_support.hpp"
+
+namespace {
+
+using namespace unit;
+
+TEST(CompletionQueue, EmptyQueue) {
+  {  // PollOnEmptyReturnsZero
+    auto fabric = MUST(Fabric::open({}));
+    auto zone = MUST(fabric.create_zone());
+    auto cq = MUST(zone.create_cq());
+    EXPECT_TRUE(cq.valid());
+    Completion c[4];
+    EXPECT_EQ(cq.poll(c), 0u);
+    EXPECT_EQ(cq.poll(std::span<Completion>()), 0u);
+    EXPECT_EQ(cq.size(), 0u);
+  }
+  {  // PollOnEmptyConnectedQueueReturnsZero
+    Pair p;
+    Completion c[4];
+    EXPECT_EQ(p.icq.poll(c), 0u);
+    EXPECT_EQ(p.tcq.poll(c), 0u);
+  }
+  {  // WaitTimesOut
+    Pair p;
+    Completion c[4];
+    EXPECT_ERR(p.icq.wait(c, 50ms), Errc::timeout);
+    EXPECT_ERR(p.icq.wait(c, 0ms), Errc::timeout);
+    auto fabric = MUST(Fabric::open({}));
+    auto zone = MUST(fabric.create_zone());
+    auto lonely = MUST(zone.create_cq());
+    EXPECT_ERR(lonely.wait(c, 30ms), Errc::timeout);
+  }
+  {  // WaitWithNoRoomIsInvalidArgument
+    Pair p;
+    EXPECT_ERR(p.icq.wait(std::span<Completion>(), 10ms), Errc::invalid_argument);
+  }
+}
+
+TEST(CompletionQueue, WaitReturnsWhenACompletionArrives) {
+  {  // WaitReturnsWhenACompletionArrives
+    Pair p;
+    Completion c[4];
+    ASSERT_OK(p.iep.flush(p.rr, 0, 8, FlushType::visibility, 5));
+    auto n = p.icq.wait(c, kWait);
+    ASSERT_TRUE(n.ok()) << n.error().message();
+    ASSERT_EQ(*n, 1u);
+    EXPECT_EQ(c[0].cookie, 5u);
+  }
+  {  // WaitForeverReturnsWhenACompletionArrives
+    Pair p;
+    std::thread poster([&] {
+      std::this_thread::sleep_for(50ms);
+      (void)p.iep.flush(p.rr, 0, 8, FlushType::visibility, 6);
+    });
+    Completion c[1];
+    auto n = p.icq.wait(c, std::chrono::milliseconds(-1));
+    poster.join();
+    ASSERT_TRUE(n.ok()) << n.error().message();
+    EXPECT_EQ(c[0].cookie, 6u);
+  }
+}
+
+TEST(CompletionQueue, PollTakesAtMostTheSpan) {
+  Pair p;
+  for (std::uint64_t i = 0; i < 3; ++i) ASSERT_OK(p.iep.flush(p.rr, 0, 8, FlushType::visibility, 10 + i));
+  // Let all three arrive, then take them two and one.
+  for (int i = 0; i < 500 && p.icq.size() < 3; ++i) std::this_thread::sleep_for(2ms);
+  ASSERT_EQ(p.icq.size(), 3u);
+  Completion c[2];
+  ASSERT_EQ(p.icq.poll(c), 2u);
+  EXPECT_EQ(c[0].cookie, 10u);
+  EXPECT_EQ(c[1].cookie, 11u);
+  EXPECT_EQ(p.icq.size(), 1u);
+  ASSERT_EQ(p.icq.poll(c), 1u);
+  EXPECT_EQ(c[0].cookie, 12u);
+  EXPECT_EQ(p.icq.poll(c), 0u);
+}
+
+TEST(CompletionQueue, FdReadableExactlyWhileCompletionsAreQueued) {
+  Pair p;
+  const int fd = p.icq.fd();
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(fd, p.icq.fd()) << "fd is stable";
+  EXPECT_FALSE(readable(fd, 0)) << "readable while empty";
+
+  // No call on the queue: the agent makes progress and raises the fd.
+  ASSERT_OK(p.iep.flush(p.rr, 0, 8, FlushType::visibility, 1));
+  ASSERT_TRUE(readable(fd, static_cast<int>(kWait.count()))) << "not readable with a completion queued";
+  EXPECT_EQ(p.icq.size(), 1u);
+  EXPECT_TRUE(readable(fd, 0)) << "poll(2) must not consume readiness";
+
+  Completion c[4];
+  ASSERT_EQ(p.icq.poll(c), 1u);
+  EXPECT_FALSE(readable(fd, 0)) << "still readable after the only completion was taken";
+
+  // Two queued, one taken: still readable; the second taken: not.
+  ASSERT_OK(p.iep.flush(p.rr, 0, 8, FlushType::visibility, 2));
+  ASSERT_OK(p.iep.flush(p.rr, 0, 8, FlushType::visibility, 3));
+  for (int i = 0; i < 500 && p.icq.size() < 2; ++i) std::this_thread::sleep_for(2ms);
+  ASSERT_EQ(p.icq.size(), 2u);
+  ASSERT_EQ(p.icq.poll(std::span<Completion>(c, 1)), 1u);
+  EXPECT_TRUE(readable(fd, 0)) << "not readable with one completion left";
+  ASSERT_EQ(p.icq.poll(c), 1u);
+  EXPECT_FALSE(readable(fd, 0));
+}
+
+TEST(CompletionQueue, FdClearedByWaitAndRaisedByFlushedPosts) {
+  {  // FdTakenByWaitIsCleared
+    Pair p;
+    const int fd = p.icq.fd();
+    ASSERT_OK(p.iep.flush(p.rr, 0, 8, FlushType::visibility, 1));
+    Completion c[4];
+    auto n = p.icq.wait(c, kWait);
+    ASSERT_TRUE(n.ok());
+    EXPECT_FALSE(readable(fd, 0));
+  }
+  {  // FdRaisedBySynchronousFlushedCompletion
+    Pair p;
+    const int fd = p.icq.fd();
+    ASSERT_OK(p.iep.disconnect());
+    EXPECT_FALSE(readable(fd, 0));
+    Segment s(p.lmr, 0, 8);
+    ASSERT_OK(p.iep.write({&s, 1}, p.rr, 0, 9));
+    EXPECT_TRUE(readable(fd, 0));
+    Completion c[2];
+    auto n = p.icq.wait(c, kWait);
+    ASSERT_TRUE(n.ok());
+    EXPECT_EQ(c[0].status, make_error_code(Errc::flushed));
+    EXPECT_FALSE(readable(fd, 0));
+  }
+}
+
+TEST(CompletionQueue, SharedBySendAndReceive) {
+  // The target uses one queue for both; receives and its own sends show up
+  // there, told apart by opcode.
+  Pair p;
+  std::vector<std::uint8_t> rx(256);
+  auto rxmr = MUST(p.tz.register_memory(rx.data(), rx.size(), Access::local_write | Access::local_read));
+  Segment rs(rxmr, 0, 128);
+  ASSERT_OK(p.tep.recv({&rs, 1}, 70));
+  Segment s(p.lmr, 0, 16);
+  ASSERT_OK(p.iep.send({&s, 1}, 71));
+  auto t = collect(p.tcq, 1);
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].op, Opcode::recv);
+  EXPECT_EQ(t[0].cookie, 70u);
+  auto sent = collect(p.icq, 1);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].op, Opcode::send);
+
+  // A separate receive queue on the initiator.
+  EndpointOptions o;
+  o.send_cq = &p.icq;
+  auto rcq = MUST(p.iz.create_cq());
+  o.recv_cq = &rcq;
+  auto iep2 = MUST(p.iz.create_endpoint(o));
+  EndpointOptions to;
+  to.send_cq = &p.tcq;
+  auto tep2 = MUST(p.tz.create_endpoint(to));
+  ASSERT_OK(iep2.connect("127.0.0.1", p.lis.port()));
+  auto req = MUST(p.lis.next_request(kWait));
+  ASSERT_OK(req.accept(tep2));
+  ASSERT_EQ(MUST(iep2.next_event(kWait)).type, ConnectionEventType::established);
+  ASSERT_EQ(MUST(tep2.next_event(kWait)).type, ConnectionEventType::established);
+  Segment ir(p.lmr, 1024, 64);
+  ASSERT_OK(iep2.recv({&ir, 1}, 80));
+  Segment ts(rxmr, 0, 16);
+  ASSERT_OK(tep2.send({&ts, 1}, 81));
+  auto rc = collect(rcq, 1);
+  ASSERT_EQ(rc.size(), 1u);
+  EXPECT_EQ(rc[0].cookie, 80u);
+  EXPECT_EQ(rc[0].endpoint_id, iep2.id());
+  EXPECT_TRUE(drain_for(p.icq, 50ms).empty()) << "receive reported on the send queue";
+  auto sc = collect(p.tcq, 1);
+  ASSERT_EQ(sc.size(), 1u) << describe(sc);
+  EXPECT_EQ(sc[0].cookie, 81u);
+  EXPECT_EQ(sc[0].op, Opcode::send);
+}
+
+}  // namespace

@@ -1,0 +1,160 @@
+// ProtectionZone: file-backed persistent regions (map_file) and handle checks.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+
+#include "unit_support.hpp"
+
+namespace {
+
+using namespace unit;
+namespace fs = std::filesystem;
+
+class ProtectionZoneTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "remora-unit-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir = tmpl;
+    fabric = MUST(Fabric::open({}));
+    zone = MUST(fabric.create_zone());
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  fs::path dir;
+  Fabric fabric;
+  ProtectionZone zone;
+};
+
+TEST_F(ProtectionZoneTest, MapFileCreatesOrGrowsTheFile) {
+  {  // MapFileCreatesAndSizesTheFile
+    const auto path = dir / "pool";
+    ASSERT_FALSE(fs::exists(path));
+    auto mr = MUST(zone.map_file(path.string(), 1 << 20, Access::all));
+    ASSERT_TRUE(fs::exists(path));
+    EXPECT_EQ(fs::file_size(path), 1u << 20);
+    EXPECT_TRUE(mr.valid());
+    EXPECT_NE(mr.address(), nullptr);
+    EXPECT_EQ(mr.length(), 1u << 20);
+    EXPECT_EQ(mr.access(), Access::all);
+    EXPECT_TRUE(mr.persistent());
+    EXPECT_NE(mr.key(), 0u);
+    auto rr = MUST(mr.remote());
+    EXPECT_TRUE(rr.persistent());
+    EXPECT_EQ(rr.address(), reinterpret_cast<std::uint64_t>(mr.address()));
+  }
+  {  // MapFileGrowsAShortFile
+    const auto path = dir / "short";
+    {
+      int fd = ::open(path.c_str(), O_CREAT | O_RDWR, 0644);
+      ASSERT_GE(fd, 0);
+      ASSERT_EQ(::write(fd, "abc", 3), 3);
+      ::close(fd);
+    }
+    auto mr = MUST(zone.map_file(path.string(), 8192, Access::local_read | Access::local_write));
+    EXPECT_EQ(fs::file_size(path), 8192u);
+    EXPECT_EQ(std::memcmp(mr.address(), "abc", 3), 0) << "existing contents are mapped";
+  }
+}
+
+TEST_F(ProtectionZoneTest, PersistedBytesReachTheFile) {
+  {  // PersistWritesTheBytesToTheFile
+    const auto path = dir / "persist";
+    auto mr = MUST(zone.map_file(path.string(), 65536, Access::all));
+    auto* p = static_cast<char*>(mr.address());
+    std::memcpy(p + 5000, "durable bytes", 13);
+    EXPECT_OK(mr.persist(4096, 4096));
+    EXPECT_OK(mr.persist(0, mr.length()));
+    EXPECT_OK(mr.persist(mr.length(), 0));
+    // Read the file through a different descriptor.
+    int fd = ::open(path.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    char got[13] = {};
+    ASSERT_EQ(::pread(fd, got, sizeof got, 5000), 13);
+    ::close(fd);
+    EXPECT_EQ(std::memcmp(got, "durable bytes", 13), 0);
+  }
+  {  // ContentsSurviveReopen
+    const auto path = dir / "reopen";
+    {
+      auto mr = MUST(zone.map_file(path.string(), 4096, Access::all));
+      std::memcpy(mr.address(), "kept", 4);
+      MUST(mr.persist(0, 4));
+    }
+    auto mr = MUST(zone.map_file(path.string(), 4096, Access::all));
+    EXPECT_EQ(std::memcmp(mr.address(), "kept", 4), 0);
+  }
+}
+
+TEST_F(ProtectionZoneTest, PersistChecksRegionAndRange) {
+  {  // PersistOnNonPersistentRegionIsNotSupported
+    std::vector<std::uint8_t> buf(4096);
+    auto mr = MUST(zone.register_memory(buf.data(), buf.size(), Access::all));
+    EXPECT_FALSE(mr.persistent());
+    EXPECT_ERR(mr.persist(0, 64), Errc::not_supported);
+  }
+  {  // PersistOutOfRangeIsInvalidArgument
+    auto mr = MUST(zone.map_file((dir / "range").string(), 8192, Access::all));
+    constexpr auto kMax = std::numeric_limits<std::size_t>::max();
+    EXPECT_ERR(mr.persist(8193, 0), Errc::invalid_argument);
+    EXPECT_ERR(mr.persist(8000, 193), Errc::invalid_argument);
+    EXPECT_ERR(mr.persist(0, 8193), Errc::invalid_argument);
+    EXPECT_ERR(mr.persist(1, kMax), Errc::invalid_argument);
+    EXPECT_ERR(mr.persist(kMax, 2), Errc::invalid_argument);
+    EXPECT_OK(mr.persist(8000, 192));
+  }
+  {  // PersistentRegisteredMemoryPersists
+    std::vector<std::uint8_t> buf(4096);
+    auto mr = MUST(zone.register_memory(buf.data(), buf.size(), Access::all, true));
+    EXPECT_TRUE(mr.persistent());
+    EXPECT_OK(mr.persist(0, 4096));  // harmless on anonymous memory
+    EXPECT_ERR(mr.persist(4000, 97), Errc::invalid_argument);
+  }
+}
+
+TEST_F(ProtectionZoneTest, MapFileErrors) {
+  {  // MapFileRejectsBadArguments
+    EXPECT_ERR(zone.map_file("", 4096, Access::all), Errc::invalid_argument);
+    EXPECT_ERR(zone.map_file((dir / "zero").string(), 0, Access::all), Errc::invalid_argument);
+    EXPECT_ERR(zone.map_file((dir / "none").string(), 4096, Access::none), Errc::invalid_argument);
+  }
+  {  // MapFileInMissingDirectoryFails
+    auto r = zone.map_file((dir / "no" / "such" / "dir" / "f").string(), 4096, Access::all);
+    EXPECT_FALSE(r.ok());
+  }
+}
+
+TEST_F(ProtectionZoneTest, HandlesAndIds) {
+  {  // InvalidZoneIsInvalidHandle
+    ProtectionZone z;
+    EXPECT_ERR(z.map_file((dir / "x").string(), 4096, Access::all), Errc::invalid_handle);
+    EXPECT_ERR(z.create_cq(), Errc::invalid_handle);
+    EXPECT_ERR(z.listen("127.0.0.1", 0), Errc::invalid_handle);
+    EXPECT_EQ(z.id(), 0u);
+    CompletionQueue cq = MUST(zone.create_cq());
+    EndpointOptions o;
+    o.send_cq = &cq;
+    EXPECT_ERR(z.create_endpoint(o), Errc::invalid_handle);
+  }
+  {  // ZonesHaveDistinctIds
+    auto other = MUST(fabric.create_zone());
+    EXPECT_NE(zone.id(), 0u);
+    EXPECT_NE(other.id(), 0u);
+    EXPECT_NE(zone.id(), other.id());
+  }
+  {  // ClosedRegionOfFileUnmaps
+    auto mr = MUST(zone.map_file((dir / "closed").string(), 4096, Access::all));
+    mr.close();
+    mr.close();
+    EXPECT_FALSE(mr.valid());
+    EXPECT_ERR(mr.persist(0, 1), Errc::invalid_handle);
+  }
+}
+
+}  // namespace
