@@ -76,17 +76,19 @@ void Agent::wake() noexcept { wake_.raise(); }
 
 void Agent::add(const std::shared_ptr<EndpointImpl>& ep, int fd) {
   std::lock_guard<std::mutex> lock(mu_);
-  endpoints_.push_back(Watched{ep, fd, true});
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = fd;
-  epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
+  endpoints_.push_back(Watched{ep, fd, fd >= 0});
+  if (fd >= 0) {  // a busy-polling zone's queues have nothing to sleep on
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
+  }
   wake();
 }
 
 void Agent::remove(EndpointImpl* ep, int fd) {
   std::lock_guard<std::mutex> lock(mu_);
-  epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+  if (fd >= 0) epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
   std::erase_if(endpoints_, [ep](const Watched& w) {
     auto p = w.ep.lock();
     return !p || p.get() == ep;
@@ -134,10 +136,15 @@ void Agent::run() {
   // leaves no completion at the target, so the wake itself is the signal.
   constexpr auto kLinger = std::chrono::microseconds(30);
   auto linger_until = std::chrono::steady_clock::time_point{};
+  bool spinning = false;  // the previous turn had endpoints to poll
   while (!stop_) {
     int work = 0;
     backend::CmEvent ev;
-    while (!stop_ && zone_->domain->next_cm_event(ev)) {
+    // A busy-polling agent looks at connection management on every 64th
+    // turn only: on tcp reading it also runs a progress pass over every
+    // connection, which would double the cost of each turn.
+    const bool look_at_cm = !busy_ || !spinning || ++turn_ % 64 == 0;
+    while (look_at_cm && !stop_ && zone_->domain->next_cm_event(ev)) {
       handle_cm(ev);
       ++work;
     }
@@ -151,8 +158,8 @@ void Agent::run() {
       for (auto& w : endpoints_) {
         auto p = w.ep.lock();
         if (!p) continue;
-        const bool driven = p->user_driven_until.load(std::memory_order_relaxed) > now;
-        if (driven == w.armed) {
+        const bool driven = p->send_cq->claimed(now) || p->recv_cq->claimed(now);
+        if (w.fd >= 0 && driven == w.armed) {
           epoll_event e{};
           e.events = driven ? 0u : static_cast<std::uint32_t>(EPOLLIN);
           e.data.fd = w.fd;
@@ -162,15 +169,29 @@ void Agent::run() {
         user_driven |= driven;
         if (!driven) eps.push_back(std::move(p));
       }
+      // The connection-management fd of some providers (tcp) also turns
+      // readable with data traffic; while users drive endpoints it would
+      // wake the agent for their traffic, so events are then read on the
+      // periodic look instead.
+      if (user_driven == cm_armed_) {
+        epoll_event e{};
+        e.events = user_driven ? 0u : static_cast<std::uint32_t>(EPOLLIN);
+        e.data.fd = zone_->domain->cm_wait_fd();
+        epoll_ctl(epfd_, EPOLL_CTL_MOD, e.data.fd, &e);
+        cm_armed_ = !user_driven;
+      }
     }
     for (auto& ep : eps) work += ep->progress();
+    spinning = !eps.empty();
     if (stop_) break;
     if (!eps.empty() && (busy_ || work > 0 || std::chrono::steady_clock::now() < linger_until)) {
       eps.clear();
       continue;
     }
-    // Sleep only when the transport confirms nothing is pending.
-    bool can_sleep = zone_->domain->cm_try_wait();
+    // Sleep only when the transport confirms nothing is pending. (While
+    // users drive endpoints, the connection-management queue is looked at
+    // on each periodic wake instead: its readiness follows their traffic.)
+    bool can_sleep = user_driven || zone_->domain->cm_try_wait();
     for (auto& ep : eps) {
       std::lock_guard<std::mutex> lock(ep->mu);
       if (ep->conn && !ep->conn->try_wait()) can_sleep = false;
@@ -180,7 +201,7 @@ void Agent::run() {
     epoll_event out[16];
     // While users drive endpoints, look again soon (after about twice the
     // drive window) to take them back once the users stop polling.
-    timespec ts{0, user_driven ? 200'000 : 100'000'000};
+    timespec ts{0, user_driven ? 2'000'000 : 100'000'000};
     int n = epoll_pwait2(epfd_, out, 16, &ts, nullptr);
     if (n < 0 && errno == ENOSYS) n = epoll_wait(epfd_, out, 16, user_driven ? 1 : 100);
     for (int i = 0; i < n; ++i) {

@@ -6,11 +6,9 @@
 namespace remora {
 namespace detail {
 
-// A user thread that polls an empty queue again within kSpinGap is spinning
-// on it; for kUserDriveWindow after each such poll the agent leaves the
-// queue's endpoints to that thread instead of competing for them.
-constexpr std::chrono::microseconds kSpinGap{50};
-constexpr std::chrono::microseconds kUserDriveWindow{100};
+// How long after a user's poll the agent leaves the queue's endpoints to
+// that user instead of competing with it for them.
+constexpr std::chrono::microseconds kUserDriveWindow{1000};
 
 void CqImpl::push(Completion c) {
   {
@@ -32,7 +30,13 @@ std::size_t CqImpl::take(std::span<Completion> out) {
   return n;
 }
 
-void CqImpl::drive(bool claim) {
+void CqImpl::claim() {
+  if (fd_in_use.load(std::memory_order_relaxed)) return;
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  user_until.store((now + std::chrono::nanoseconds(kUserDriveWindow)).count(), std::memory_order_relaxed);
+}
+
+void CqImpl::drive() {
   std::vector<std::shared_ptr<EndpointImpl>> eps;
   {
     std::lock_guard<std::mutex> lock(sources_mu);
@@ -40,24 +44,17 @@ void CqImpl::drive(bool claim) {
     for (auto& w : sources)
       if (auto p = w.lock()) eps.push_back(std::move(p));
   }
-  const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
-  const std::int64_t last = last_empty_poll.exchange(now, std::memory_order_relaxed);
-  const bool spinning = claim && now - last < std::chrono::nanoseconds(kSpinGap).count();
-  for (auto& ep : eps) {
-    if (spinning)
-      ep->user_driven_until.store(now + std::chrono::nanoseconds(kUserDriveWindow).count(),
-                                  std::memory_order_relaxed);
-    ep->progress();
-  }
+  for (auto& ep : eps) ep->progress();
 }
 
 }  // namespace detail
 
 std::size_t CompletionQueue::poll(std::span<Completion> out) {
   if (!impl_ || out.empty()) return 0;
+  impl_->claim();
   std::size_t n = impl_->take(out);
   if (n > 0) return n;
-  impl_->drive(true);
+  impl_->drive();
   return impl_->take(out);
 }
 
@@ -67,8 +64,9 @@ Result<std::size_t> CompletionQueue::wait(std::span<Completion> out, std::chrono
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     // A sleeping waiter leaves progress to the agent; a busy one drives it.
+    if (impl_->zone->busy_poll) impl_->claim();
     if (std::size_t n = impl_->take(out); n > 0) return n;
-    impl_->drive(impl_->zone->busy_poll);
+    impl_->drive();
     if (std::size_t n = impl_->take(out); n > 0) return n;
     auto now = std::chrono::steady_clock::now();
     if (timeout.count() >= 0 && now >= deadline) return Errc::timeout;

@@ -32,7 +32,8 @@ std::error_code error_from_post(int rc) {
 Result<void> EndpointImpl::setup_connection(const std::shared_ptr<void>& request) {
   const std::size_t depth = options.max_outstanding;
   const std::size_t nrx = options.max_recv;
-  auto c = zone->domain->create_connection(request, depth + 2 * nrx + 16);
+  // A busy-polling zone never sleeps on its queues.
+  auto c = zone->domain->create_connection(request, depth + 2 * nrx + 16, !zone->busy_poll);
   if (!c) return c.error();
   slots = std::vector<OpSlot>(depth);
   free_slots.clear();

@@ -100,17 +100,23 @@ struct CqImpl {
   std::condition_variable cv;
   std::deque<Completion> queue;
   Signal signal;
-  bool fd_in_use = false;  // guarded by mu
+  std::atomic<bool> fd_in_use{false};  // written under mu
   std::mutex sources_mu;
   std::vector<std::weak_ptr<EndpointImpl>> sources;
 
-  std::atomic<std::int64_t> last_empty_poll{0};
+  // Until this steady-clock time (ns) a user thread polling this queue
+  // drives the progress of its endpoints; the agent stands back.
+  std::atomic<std::int64_t> user_until{0};
 
   void push(Completion c);
   std::size_t take(std::span<Completion> out);
   /// Progress the endpoints feeding this queue on the calling thread;
-  /// `claim`: the caller may be spinning (see kSpinGap).
-  void drive(bool claim);
+  /// Progress the endpoints feeding this queue on the calling thread.
+  void drive();
+  /// A user thread is polling: leave the endpoints to it for a short while
+  /// (not when the queue's fd is in use: event-driven users sleep on it).
+  void claim();
+  bool claimed(std::int64_t now) const noexcept { return user_until.load(std::memory_order_relaxed) > now; }
 };
 
 struct ListenerImpl {
@@ -251,9 +257,6 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   std::uint64_t last_write_key = 0, last_write_addr = 0, last_write_len = 0;
   bool peer_said_bye = false;
   bool closed = false;
-  // Until this steady-clock time (ns) a user thread polling one of the
-  // endpoint's completion queues drives its progress; the agent stands back.
-  std::atomic<std::int64_t> user_driven_until{0};
 
   // Connection events.
   std::mutex ev_mu;
@@ -319,6 +322,8 @@ class Agent : public std::enable_shared_from_this<Agent> {
     bool armed;  // fd in the epoll set with EPOLLIN
   };
   std::vector<Watched> endpoints_;
+  bool cm_armed_ = true;  // cm_wait_fd in the epoll set with EPOLLIN
+  std::uint64_t turn_ = 0;
 };
 
 std::uint64_t next_object_id();

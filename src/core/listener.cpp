@@ -40,53 +40,46 @@ const std::vector<std::uint8_t>& ConnectionRequest::private_data() const noexcep
   return impl_ ? impl_->private_data : empty;
 }
 
-Result<void> ConnectionRequest::accept(Endpoint& ep, std::span<const std::uint8_t> pdata) {
-  if (!impl_ || impl_->used) return Errc::invalid_handle;
+namespace {
+
+// Accept `req` into `ep`; `any_zone`: `ep` may be in any zone of the
+// listener's Fabric instead of the listener's own zone.
+Result<void> accept_into(detail::ConnRequestImpl* req, Endpoint& ep, std::span<const std::uint8_t> pdata,
+                         bool any_zone) {
+  if (req == nullptr || req->used) return Errc::invalid_handle;
   if (!ep.valid()) return Errc::invalid_handle;
   if (pdata.size() > kMaxPrivateData) return Errc::invalid_argument;
-  auto listener = impl_->listener.lock();
+  auto listener = req->listener.lock();
   if (!listener) return Errc::invalid_handle;
   auto* e = ep.impl().get();
-  if (e->zone != listener->zone) return Errc::zone_mismatch;
+  if (any_zone ? e->zone->fabric != listener->zone->fabric : e->zone != listener->zone) return Errc::zone_mismatch;
   std::lock_guard<std::mutex> lock(e->mu);
   if (e->closed) return Errc::invalid_handle;
   if (e->state != EndpointState::unconnected) return Errc::invalid_state;
-  if (auto r = e->setup_connection(impl_->request); !r) return r.error();
-  e->peer_max_message = impl_->peer_max_message;
+  if (auto r = e->setup_connection(req->request); !r) return r.error();
+  e->peer_max_message = req->peer_max_message;
   if (auto r = e->conn->accept(detail::make_hello(e->options.max_message, pdata)); !r) {
     e->conn.reset();
     return r.error();
   }
   e->state = EndpointState::connect_pending;
-  impl_->used = true;
+  req->used = true;
   return {};
+}
+
+}  // namespace
+
+Result<void> ConnectionRequest::accept(Endpoint& ep, std::span<const std::uint8_t> pdata) {
+  return accept_into(impl_.get(), ep, pdata, false);
+}
+
+Result<void> ConnectionRequest::accept_any_zone(Endpoint& ep, std::span<const std::uint8_t> pdata) {
+  return accept_into(impl_.get(), ep, pdata, true);
 }
 
 std::string ConnectionRequest::peer_host() const { return impl_ ? impl_->peer_host : std::string(); }
 
 std::uint16_t ConnectionRequest::peer_port() const noexcept { return impl_ ? impl_->peer_port : 0; }
-
-Result<void> ConnectionRequest::accept_any_zone(Endpoint& ep, std::span<const std::uint8_t> pdata) {
-  if (!impl_ || impl_->used) return Errc::invalid_handle;
-  if (!ep.valid()) return Errc::invalid_handle;
-  if (pdata.size() > kMaxPrivateData) return Errc::invalid_argument;
-  auto listener = impl_->listener.lock();
-  if (!listener) return Errc::invalid_handle;
-  auto* e = ep.impl().get();
-  if (e->zone->fabric != listener->zone->fabric) return Errc::zone_mismatch;
-  std::lock_guard<std::mutex> lock(e->mu);
-  if (e->closed) return Errc::invalid_handle;
-  if (e->state != EndpointState::unconnected) return Errc::invalid_state;
-  if (auto r = e->setup_connection(impl_->request); !r) return r.error();
-  e->peer_max_message = impl_->peer_max_message;
-  if (auto r = e->conn->accept(detail::make_hello(e->options.max_message, pdata)); !r) {
-    e->conn.reset();
-    return r.error();
-  }
-  e->state = EndpointState::connect_pending;
-  impl_->used = true;
-  return {};
-}
 
 Result<void> ConnectionRequest::reject(std::span<const std::uint8_t> pdata) {
   if (!impl_ || impl_->used) return Errc::invalid_handle;

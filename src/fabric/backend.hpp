@@ -73,7 +73,8 @@ class Connection {
   /// Read up to out.size() completions; returns the count (0: none) or a
   /// negative error code.
   virtual int poll(std::span<CqEntry> out) = 0;
-  /// File descriptor that becomes readable when poll() may return entries.
+  /// File descriptor that becomes readable when poll() may return entries;
+  /// -1 for a connection created without one.
   virtual int wait_fd() const noexcept = 0;
   /// True when it is safe to sleep on wait_fd() (nothing pending).
   virtual bool try_wait() noexcept = 0;
@@ -105,8 +106,9 @@ class Domain {
   virtual ~Domain() = default;
   virtual Result<std::unique_ptr<MemoryKey>> register_memory(void* addr, std::size_t len, Access access,
                                                              std::uint64_t requested_key) = 0;
+  /// `waitable`: the connection's queue gets a wait fd (else wait_fd() is -1).
   virtual Result<std::unique_ptr<Connection>> create_connection(const std::shared_ptr<void>& request,
-                                                                std::size_t cq_size) = 0;
+                                                                std::size_t cq_size, bool waitable) = 0;
   virtual Result<std::unique_ptr<PassiveEndpoint>> listen(const std::string& address, std::uint16_t port) = 0;
   /// Read one event; false when none is queued.
   virtual bool next_cm_event(CmEvent& ev) = 0;

@@ -121,17 +121,20 @@ class OfiConnection final : public Connection {
     close_fid(cq_);
   }
 
-  Result<void> init(fid_domain* domain, fid_eq* eq, fi_info* info, std::size_t cq_size) {
+  Result<void> init(fid_domain* domain, fid_eq* eq, fi_info* info, std::size_t cq_size, bool waitable) {
     fi_cq_attr cq_attr{};
     cq_attr.size = cq_size;
     cq_attr.format = FI_CQ_FORMAT_DATA;
-    cq_attr.wait_obj = FI_WAIT_FD;
+    // A queue nobody sleeps on has no wait object: the provider then does
+    // not signal an fd for every completion.
+    cq_attr.wait_obj = waitable ? FI_WAIT_FD : FI_WAIT_NONE;
     if (int rc = fi_cq_open(domain, &cq_attr, &cq_, nullptr); rc) return from_fi(rc);
     if (int rc = fi_endpoint(domain, info, &ep_, nullptr); rc) return from_fi(rc);
     if (int rc = fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV); rc) return from_fi(rc);
     if (int rc = fi_ep_bind(ep_, &eq->fid, 0); rc) return from_fi(rc);
     if (int rc = fi_enable(ep_); rc) return from_fi(rc);
-    if (int rc = fi_control(&cq_->fid, FI_GETWAIT, &wait_fd_); rc) return from_fi(rc);
+    if (waitable)
+      if (int rc = fi_control(&cq_->fid, FI_GETWAIT, &wait_fd_); rc) return from_fi(rc);
     return {};
   }
 
@@ -254,6 +257,7 @@ class OfiConnection final : public Connection {
 
   int wait_fd() const noexcept override { return wait_fd_; }
   bool try_wait() noexcept override {
+    if (wait_fd_ < 0) return true;  // nothing to sleep on: the caller only times out
     fid* f = &cq_->fid;
     return fi_trywait(fabric_, &f, 1) == FI_SUCCESS;
   }
@@ -326,10 +330,10 @@ class OfiDomain final : public Domain {
   }
 
   Result<std::unique_ptr<Connection>> create_connection(const std::shared_ptr<void>& request,
-                                                        std::size_t cq_size) override {
+                                                        std::size_t cq_size, bool waitable) override {
     auto* info = request ? static_cast<fi_info*>(request.get()) : info_;
     auto conn = std::make_unique<OfiConnection>(fabric_, (info_->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0);
-    if (auto r = conn->init(domain_, eq_, info, cq_size); !r) return r.error();
+    if (auto r = conn->init(domain_, eq_, info, cq_size, waitable); !r) return r.error();
     return std::unique_ptr<Connection>(std::move(conn));
   }
 
