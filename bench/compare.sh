@@ -4,7 +4,8 @@
 # interleaved (raw, remora, raw, remora, ...) and repeated, and the table
 # shows the median of the repetitions.
 #
-#   bench/compare.sh [--reps N] [--markdown FILE]
+#   bench/compare.sh [--reps N] [--only CASE[,CASE...]] [--markdown FILE]
+#   (cases: write, wfv_asleep, wfv_busy, read, send)
 #
 #   REMORA_PERF       remora-perf to measure      (default build/bin/remora-perf)
 #   REMORA_BENCH_RAW  the baseline                (default build/bin/remora-bench-raw)
@@ -18,6 +19,7 @@ REMORA_PERF=${REMORA_PERF:-$ROOT/build/bin/remora-perf}
 REMORA_BENCH_RAW=${REMORA_BENCH_RAW:-$ROOT/build/bin/remora-bench-raw}
 PROVIDER=${PROVIDER:-tcp}
 REPS=3
+ONLY=""
 MARKDOWN=""
 CLIENT_TIMEOUT=180   # seconds, one client run
 SERVER_TIMEOUT=240   # seconds, one server (it exits when its client leaves)
@@ -29,9 +31,11 @@ while [[ $# -gt 0 ]]; do
     case "$1" in
         --reps) [[ $# -ge 2 && "$2" =~ ^[1-9][0-9]*$ ]] || die "--reps needs a positive number"
                 REPS=$2; shift 2 ;;
+        --only) [[ $# -ge 2 ]] || die "--only needs a comma-separated list of cases"
+                ONLY=",$2,"; shift 2 ;;
         --markdown) [[ $# -ge 2 ]] || die "--markdown needs a file name"
                     MARKDOWN=$2; shift 2 ;;
-        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -143,6 +147,12 @@ CASES=(
     "send|send|4096|100000||"
     "send|send|65536|20000||"
 )
+if [[ -n "$ONLY" ]]; then
+    kept=()
+    for c in "${CASES[@]}"; do [[ "$ONLY" == *",${c%%|*},"* ]] && kept+=("$c"); done
+    ((${#kept[@]})) || die "--only matched no case (cases: write, wfv_asleep, wfv_busy, read, send)"
+    CASES=("${kept[@]}")
+fi
 # Variants: name|tool|client flags. remora-perf always runs with its own
 # default completion; the raw baseline runs with both completion modes
 # where the op has them.
@@ -263,7 +273,7 @@ notes = [
     "range means the machine was noisy",
     "remora-perf ran with its default completion: "
     + ", ".join(f"{c} {completion.get((c, 'remora'), '?')}"
-                for c in ("write", "wfv_asleep", "read", "send")),
+                for c in ("write", "wfv_asleep", "read", "send") if (c, "remora") in completion),
 ]
 for n in notes:
     print("note: " + n)
