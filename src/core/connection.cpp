@@ -92,9 +92,9 @@ int EndpointImpl::post_slot(OpSlot& s) {
   std::span<const backend::Iov> iov(s.iov, s.iov_count);
   int rc = 0;
   switch (s.kind) {
-    case OpSlot::Kind::write: rc = conn->write(iov, s.raddr, s.rbase, s.rkey, s.with_data, s.data, false, &s.hdr); break;
-    case OpSlot::Kind::read: rc = conn->read(iov, s.raddr, s.rbase, s.rkey, false, &s.hdr); break;
-    case OpSlot::Kind::send: rc = conn->send(iov, s.data, false, &s.hdr); break;
+    case OpSlot::Kind::write: rc = conn->write(iov, s.raddr, s.rkey, s.with_data, s.data, &s.hdr); break;
+    case OpSlot::Kind::read: rc = conn->read(iov, s.raddr, s.rkey, &s.hdr); break;
+    case OpSlot::Kind::send: rc = conn->send(iov, s.data, &s.hdr); break;
     case OpSlot::Kind::ctl:
       s.ctl.token = (std::uint64_t{s.generation} << 32) | s.index;
       rc = conn->inject(&s.ctl, sizeof s.ctl, wire::data(wire::ctl_request));

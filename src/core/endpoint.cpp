@@ -98,7 +98,6 @@ Result<void> post(EndpointImpl* ep, const OpSpec& op, std::uint64_t cookie, Post
     s.iov_count = op.local->count;
   }
   if (op.remote) {
-    s.rbase = op.remote->address();
     s.raddr = op.remote->address() + op.offset;
     s.rkey = op.remote->key();
   }

@@ -196,7 +196,7 @@ struct OpSlot {
   // Operation description, kept for deferred (fenced) posting.
   backend::Iov iov[8];
   std::size_t iov_count = 0;
-  std::uint64_t raddr = 0, rbase = 0, rkey = 0, data = 0;
+  std::uint64_t raddr = 0, rkey = 0, data = 0;
   bool with_data = false;
   wire::Ctl ctl{};
 };

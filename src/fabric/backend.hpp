@@ -59,13 +59,12 @@ class Connection {
   virtual Result<void> accept(std::span<const std::uint8_t> pdata) = 0;
   virtual void shutdown() noexcept = 0;
 
-  /// RMA. `raddr` is the target's virtual address; `rbase` its region base
-  /// (for providers using offset addressing).
-  virtual int write(std::span<const Iov> iov, std::uint64_t raddr, std::uint64_t rbase, std::uint64_t key,
-                    bool with_data, std::uint64_t data, bool fence, OpSlotHeader* ctx) = 0;
-  virtual int read(std::span<const Iov> iov, std::uint64_t raddr, std::uint64_t rbase, std::uint64_t key,
-                   bool fence, OpSlotHeader* ctx) = 0;
-  virtual int send(std::span<const Iov> iov, std::uint64_t data, bool fence, OpSlotHeader* ctx) = 0;
+  /// RMA; `raddr` is the target's virtual address. Ordering between
+  /// operations (fences) is the core's business.
+  virtual int write(std::span<const Iov> iov, std::uint64_t raddr, std::uint64_t key, bool with_data,
+                    std::uint64_t data, OpSlotHeader* ctx) = 0;
+  virtual int read(std::span<const Iov> iov, std::uint64_t raddr, std::uint64_t key, OpSlotHeader* ctx) = 0;
+  virtual int send(std::span<const Iov> iov, std::uint64_t data, OpSlotHeader* ctx) = 0;
   /// Small message without a completion; the buffer is reusable at return.
   virtual int inject(const void* buf, std::size_t len, std::uint64_t data) = 0;
   virtual int recv(void* buf, std::size_t len, void* desc, OpSlotHeader* ctx) = 0;

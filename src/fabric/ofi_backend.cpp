@@ -115,7 +115,9 @@ class OfiTransport;
 
 class OfiConnection final : public Connection {
  public:
-  OfiConnection(fid_fabric* fabric, bool virt_addr) : fabric_(fabric), virt_addr_(virt_addr) {}
+  static constexpr std::size_t kMaxIov = 8;
+
+  explicit OfiConnection(fid_fabric* fabric) : fabric_(fabric) {}
   ~OfiConnection() override {
     close_fid(ep_);
     close_fid(cq_);
@@ -161,70 +163,58 @@ class OfiConnection final : public Connection {
 
   void shutdown() noexcept override { fi_shutdown(ep_, 0); }
 
-  fi_rma_iov rma(std::uint64_t raddr, std::uint64_t rbase, std::uint64_t key, std::span<const Iov> iov) const {
-    std::size_t total = 0;
-    for (const auto& v : iov) total += v.len;
-    return fi_rma_iov{virt_addr_ ? raddr : raddr - rbase, total, key};
-  }
-
-  static void split(std::span<const Iov> iov, iovec* v, void** d) {
-    for (std::size_t i = 0; i < iov.size(); ++i) {
-      v[i] = iovec{iov[i].addr, iov[i].len};
-      d[i] = iov[i].desc;
-    }
-  }
-
-  int write(std::span<const Iov> iov, std::uint64_t raddr, std::uint64_t rbase, std::uint64_t key, bool with_data,
-            std::uint64_t data, bool fence, OpSlotHeader* ctx) override {
+  // One RMA message: local iovs (at most kMaxIov) to `raddr` under `key`.
+  // Remote addresses are virtual on every provider (Transport::open).
+  struct RmaMsg {
     iovec v[kMaxIov];
     void* d[kMaxIov];
-    if (iov.size() > kMaxIov) return -FI_EINVAL;
-    split(iov, v, d);
-    fi_rma_iov r = rma(raddr, rbase, key, iov);
+    fi_rma_iov r;
     fi_msg_rma msg{};
-    msg.msg_iov = v;
-    msg.desc = d;
-    msg.iov_count = iov.size();
-    msg.rma_iov = &r;
-    msg.rma_iov_count = 1;
-    msg.context = ctx;
-    msg.data = data;
+  };
+
+  static bool build(RmaMsg& m, std::span<const Iov> iov, std::uint64_t raddr, std::uint64_t key, void* ctx) {
+    if (iov.size() > kMaxIov) return false;
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < iov.size(); ++i) {
+      m.v[i] = iovec{iov[i].addr, iov[i].len};
+      m.d[i] = iov[i].desc;
+      total += iov[i].len;
+    }
+    m.r = fi_rma_iov{raddr, total, key};
+    m.msg.msg_iov = m.v;
+    m.msg.desc = m.d;
+    m.msg.iov_count = iov.size();
+    m.msg.rma_iov = &m.r;
+    m.msg.rma_iov_count = 1;
+    m.msg.context = ctx;
+    return true;
+  }
+
+  int write(std::span<const Iov> iov, std::uint64_t raddr, std::uint64_t key, bool with_data, std::uint64_t data,
+            OpSlotHeader* ctx) override {
+    RmaMsg m;
+    if (!build(m, iov, raddr, key, ctx)) return -FI_EINVAL;
+    m.msg.data = data;
     std::uint64_t flags = FI_DELIVERY_COMPLETE | FI_COMPLETION;
     if (with_data) flags |= FI_REMOTE_CQ_DATA;
-    (void)fence;  // ordering is enforced by the core
-    return static_cast<int>(fi_writemsg(ep_, &msg, flags));
+    return static_cast<int>(fi_writemsg(ep_, &m.msg, flags));
   }
 
-  int read(std::span<const Iov> iov, std::uint64_t raddr, std::uint64_t rbase, std::uint64_t key, bool fence,
-           OpSlotHeader* ctx) override {
-    iovec v[kMaxIov];
-    void* d[kMaxIov];
-    if (iov.size() > kMaxIov) return -FI_EINVAL;
-    split(iov, v, d);
-    fi_rma_iov r = rma(raddr, rbase, key, iov);
-    fi_msg_rma msg{};
-    msg.msg_iov = v;
-    msg.desc = d;
-    msg.iov_count = iov.size();
-    msg.rma_iov = &r;
-    msg.rma_iov_count = 1;
-    msg.context = ctx;
-    (void)fence;
-    return static_cast<int>(fi_readmsg(ep_, &msg, FI_COMPLETION));
+  int read(std::span<const Iov> iov, std::uint64_t raddr, std::uint64_t key, OpSlotHeader* ctx) override {
+    RmaMsg m;
+    if (!build(m, iov, raddr, key, ctx)) return -FI_EINVAL;
+    return static_cast<int>(fi_readmsg(ep_, &m.msg, FI_COMPLETION));
   }
 
-  int send(std::span<const Iov> iov, std::uint64_t data, bool fence, OpSlotHeader* ctx) override {
-    iovec v[kMaxIov];
-    void* d[kMaxIov];
-    if (iov.size() > kMaxIov) return -FI_EINVAL;
-    split(iov, v, d);
+  int send(std::span<const Iov> iov, std::uint64_t data, OpSlotHeader* ctx) override {
+    RmaMsg m;  // the local half of it
+    if (!build(m, iov, 0, 0, ctx)) return -FI_EINVAL;
     fi_msg msg{};
-    msg.msg_iov = v;
-    msg.desc = d;
+    msg.msg_iov = m.v;
+    msg.desc = m.d;
     msg.iov_count = iov.size();
     msg.context = ctx;
     msg.data = data;
-    (void)fence;
     return static_cast<int>(fi_sendmsg(ep_, &msg, FI_REMOTE_CQ_DATA | FI_DELIVERY_COMPLETE | FI_COMPLETION));
   }
 
@@ -264,7 +254,6 @@ class OfiConnection final : public Connection {
   const void* cm_id() const noexcept override { return &ep_->fid; }
 
  private:
-  static constexpr std::size_t kMaxIov = 8;
   static std::uint64_t translate(std::uint64_t f) {
     std::uint64_t o = 0;
     if (f & FI_SEND) o |= kCqSend;
@@ -277,7 +266,6 @@ class OfiConnection final : public Connection {
   }
 
   fid_fabric* fabric_;
-  bool virt_addr_;
   fid_ep* ep_ = nullptr;
   fid_cq* cq_ = nullptr;
   int wait_fd_ = -1;
@@ -332,7 +320,7 @@ class OfiDomain final : public Domain {
   Result<std::unique_ptr<Connection>> create_connection(const std::shared_ptr<void>& request,
                                                         std::size_t cq_size, bool waitable) override {
     auto* info = request ? static_cast<fi_info*>(request.get()) : info_;
-    auto conn = std::make_unique<OfiConnection>(fabric_, (info_->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0);
+    auto conn = std::make_unique<OfiConnection>(fabric_);
     if (auto r = conn->init(domain_, eq_, info, cq_size, waitable); !r) return r.error();
     return std::unique_ptr<Connection>(std::move(conn));
   }
