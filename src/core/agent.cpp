@@ -148,10 +148,16 @@ void Agent::run() {
       handle_cm(ev);
       ++work;
     }
+    // The last reference to the zone may have been dropped on this thread
+    // (an event's endpoint): the zone is gone, stop() was called.
+    if (stop_) break;
     // Endpoints a user thread is polling are left to it: their fds leave the
     // epoll set so the agent neither competes for them nor wakes for them.
     bool user_driven = false;
     eps.clear();
+    // Every endpoint looked at stays referenced until the lock is released:
+    // one destroyed under it would deregister itself (remove()) and deadlock.
+    std::vector<std::shared_ptr<EndpointImpl>> held;
     {
       const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
       std::lock_guard<std::mutex> lock(mu_);
@@ -167,7 +173,8 @@ void Agent::run() {
           w.armed = !driven;
         }
         user_driven |= driven;
-        if (!driven) eps.push_back(std::move(p));
+        if (!driven) eps.push_back(p);
+        held.push_back(std::move(p));
       }
       // The connection-management fd of some providers (tcp) also turns
       // readable with data traffic; while users drive endpoints it would
@@ -181,6 +188,8 @@ void Agent::run() {
         cm_armed_ = !user_driven;
       }
     }
+    held.clear();
+    if (stop_) break;
     for (auto& ep : eps) work += ep->progress();
     spinning = !eps.empty();
     if (stop_) break;
