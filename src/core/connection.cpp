@@ -214,9 +214,13 @@ void EndpointImpl::handle(const backend::CqEntry& e) {
   }
   auto* s = reinterpret_cast<OpSlot*>(e.context);
   if (s->kind == OpSlot::Kind::recv_buffer) {
-    if (e.err != 0 || state != EndpointState::connected) return;
+    // The peer may send as soon as it sees the connection established, so a
+    // message can arrive before this side has handled its own `connected`
+    // event: connect_pending receives too.
+    auto live = [this] { return state == EndpointState::connected || state == EndpointState::connect_pending; };
+    if (e.err != 0 || !live()) return;
     handle_message(*s, e);
-    if (state == EndpointState::connected) repost(*s);
+    if (live()) repost(*s);
     return;
   }
   if (s->kind == OpSlot::Kind::free || !s->posted) return;  // already flushed
