@@ -136,14 +136,15 @@ void Agent::run() {
   // leaves no completion at the target, so the wake itself is the signal.
   constexpr auto kLinger = std::chrono::microseconds(30);
   auto linger_until = std::chrono::steady_clock::time_point{};
-  bool spinning = false;  // the previous turn had endpoints to poll
+  bool spinning = false;  // the previous turn polled endpoints and did not sleep
   while (!stop_) {
     int work = 0;
     backend::CmEvent ev;
-    // A busy-polling agent looks at connection management on every 64th
-    // turn only: on tcp reading it also runs a progress pass over every
-    // connection, which would double the cost of each turn.
-    const bool look_at_cm = !busy_ || !spinning || ++turn_ % 64 == 0;
+    // While it keeps polling (busy, or lingering after traffic) the agent
+    // looks at connection management on every 64th turn only: on tcp reading
+    // it also runs a progress pass over every connection, which would double
+    // the cost of each turn. After a sleep it always looks.
+    const bool look_at_cm = !spinning || ++turn_ % 64 == 0;
     while (look_at_cm && !stop_ && zone_->domain->next_cm_event(ev)) {
       handle_cm(ev);
       ++work;
@@ -213,6 +214,7 @@ void Agent::run() {
     timespec ts{0, user_driven ? 2'000'000 : 100'000'000};
     int n = epoll_pwait2(epfd_, out, 16, &ts, nullptr);
     if (n < 0 && errno == ENOSYS) n = epoll_wait(epfd_, out, 16, user_driven ? 1 : 100);
+    spinning = false;
     for (int i = 0; i < n; ++i) {
       if (out[i].data.fd == wake_.fd())
         wake_.clear();
