@@ -129,7 +129,7 @@ void Agent::handle_cm(backend::CmEvent& ev) {
 }
 
 void Agent::run() {
-  std::vector<std::shared_ptr<EndpointImpl>> eps;
+  std::vector<std::shared_ptr<EndpointImpl>> eps, held;  // reused every turn
   // After traffic woke it, the agent keeps polling for a short while before
   // sleeping again: the operations of one burst (a write and the read right
   // behind it) then cost one wake-up, not one each. A plain incoming write
@@ -158,7 +158,6 @@ void Agent::run() {
     eps.clear();
     // Every endpoint looked at stays referenced until the lock is released:
     // one destroyed under it would deregister itself (remove()) and deadlock.
-    std::vector<std::shared_ptr<EndpointImpl>> held;
     {
       const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
       std::lock_guard<std::mutex> lock(mu_);

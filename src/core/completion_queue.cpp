@@ -37,7 +37,11 @@ void CqImpl::claim() {
 }
 
 void CqImpl::drive() {
-  std::vector<std::shared_ptr<EndpointImpl>> eps;
+  // Called on every empty poll of a spinning user: reuse the thread's list
+  // instead of allocating one each time, and empty it before returning so
+  // it keeps no endpoint alive.
+  thread_local std::vector<std::shared_ptr<EndpointImpl>> eps;
+  eps.clear();
   {
     std::lock_guard<std::mutex> lock(sources_mu);
     std::erase_if(sources, [](const auto& w) { return w.expired(); });
@@ -45,6 +49,7 @@ void CqImpl::drive() {
       if (auto p = w.lock()) eps.push_back(std::move(p));
   }
   for (auto& ep : eps) ep->progress();
+  eps.clear();
 }
 
 }  // namespace detail

@@ -110,8 +110,7 @@ int EndpointImpl::post_slot(OpSlot& s) {
 
 Result<void> EndpointImpl::submit(std::uint32_t index) {
   OpSlot& s = slots[index];
-  const bool waits = s.fence || s.kind == OpSlot::Kind::local;
-  if (!deferred.empty() || (waits && in_flight > 0)) {
+  if (!deferred.empty() || (s.waits_for_earlier() && in_flight > 0)) {
     deferred.push_back(index);
     return {};
   }
@@ -130,7 +129,7 @@ Result<void> EndpointImpl::submit(std::uint32_t index) {
 void EndpointImpl::pump_deferred() {
   while (state == EndpointState::connected && !deferred.empty()) {
     OpSlot& s = slots[deferred.front()];
-    if ((s.fence || s.kind == OpSlot::Kind::local) && in_flight > 0) return;
+    if (s.waits_for_earlier() && in_flight > 0) return;
     if (s.kind == OpSlot::Kind::local) {
       deferred.pop_front();
       complete(s, {});
@@ -174,13 +173,13 @@ void EndpointImpl::flush_all() {
   report_in_order();
   deferred.clear();
   in_flight = 0;
-  while (!posted_recvs.empty()) {
+  while (!receives.posted.empty()) {
     Completion c;
-    c.cookie = posted_recvs.front().cookie;
+    c.cookie = receives.posted.front().cookie;
     c.op = Opcode::recv;
     c.status = make_error_code(Errc::flushed);
     c.endpoint_id = id;
-    posted_recvs.pop_front();
+    receives.posted.pop_front();
     recv_cq->push(std::move(c));
   }
   pending_replies.clear();
@@ -272,24 +271,15 @@ void EndpointImpl::deliver(Incoming in) {
   in.endpoint_id = id;
   if (srq) {
     std::lock_guard<std::mutex> lock(srq->mu);
-    if (srq->posted.empty()) {
-      srq->unmatched.push_back(std::move(in));
-      return;
-    }
-    PostedRecv pr = std::move(srq->posted.front());
-    srq->posted.pop_front();
-    complete_receive(pr, in);
+    srq->queue.arrive(std::move(in));
     return;
   }
-  if (posted_recvs.empty()) {
-    unmatched.push_back(std::move(in));
-    return;
-  }
-  PostedRecv pr = std::move(posted_recvs.front());
-  posted_recvs.pop_front();
-  complete_receive(pr, in);
+  receives.arrive(std::move(in));
 }
 
+namespace {
+
+/// Place `in` into `pr`'s segments and report it on in.cq.
 void complete_receive(const PostedRecv& pr, Incoming& in) {
   Completion c;
   c.cookie = pr.cookie;
@@ -307,6 +297,28 @@ void complete_receive(const PostedRecv& pr, Incoming& in) {
   if (copied < in.bytes.size()) c.status = make_error_code(Errc::length_error);
   c.length = in.write_imm ? in.length : copied;
   in.cq->push(std::move(c));
+}
+
+}  // namespace
+
+void RecvQueue::post(PostedRecv pr) {
+  if (unmatched.empty()) {
+    posted.push_back(std::move(pr));
+    return;
+  }
+  Incoming in = std::move(unmatched.front());
+  unmatched.pop_front();
+  complete_receive(pr, in);
+}
+
+void RecvQueue::arrive(Incoming in) {
+  if (posted.empty()) {
+    unmatched.push_back(std::move(in));
+    return;
+  }
+  PostedRecv pr = std::move(posted.front());
+  posted.pop_front();
+  complete_receive(pr, in);
 }
 
 void EndpointImpl::handle_request(const wire::Ctl& req) {
@@ -368,6 +380,19 @@ void EndpointImpl::handle_reply(const wire::Ctl& rep) {
     return;
   }
   fail(&s, make_error_code(Errc::remote_access), ConnectionEventType::lost);
+}
+
+void EndpointImpl::say_goodbye() noexcept {
+  wire::Ctl bye{};
+  bye.magic = wire::kCtlMagic;
+  bye.op = wire::op_bye;
+  (void)conn->inject(&bye, sizeof bye, wire::data(wire::ctl_request));
+}
+
+void EndpointImpl::drain() {
+  backend::CqEntry entries[16];
+  for (int n; conn && (n = conn->poll(entries)) > 0;)
+    for (int i = 0; i < n; ++i) handle(entries[i]);
 }
 
 int EndpointImpl::progress() {
@@ -437,10 +462,7 @@ void EndpointImpl::on_cm_event(backend::CmEvent& ev) {
         return;
       }
       if (st != EndpointState::connected) return;
-      // Take what already arrived (the peer's goodbye among it) first.
-      backend::CqEntry entries[16];
-      for (int n; conn && (n = conn->poll(entries)) > 0;)
-        for (int i = 0; i < n; ++i) handle(entries[i]);
+      drain();  // what already arrived first, the peer's goodbye among it
       if (state != EndpointState::connected) return;
       state = peer_said_bye ? EndpointState::disconnected : EndpointState::error;
       flush_all();
@@ -467,17 +489,14 @@ void EndpointImpl::drop_connection() noexcept {
   {
     std::lock_guard<std::mutex> lock(mu);
     if (conn && state == EndpointState::connected) {
-      wire::Ctl bye{};
-      bye.magic = wire::kCtlMagic;
-      bye.op = wire::op_bye;
-      (void)conn->inject(&bye, sizeof bye, wire::data(wire::ctl_request));
+      say_goodbye();
       conn->shutdown();
     }
     flush_all();
     if (state == EndpointState::connected || state == EndpointState::connect_pending)
       state = EndpointState::disconnected;
     c = std::move(conn);
-    unmatched.clear();
+    receives.unmatched.clear();
     peer_said_bye = false;
     peer_max_message = 0;
   }

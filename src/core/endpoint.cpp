@@ -220,19 +220,11 @@ Result<void> Endpoint::disconnect() {
   auto* ep = impl_.get();
   if (ep->closed) return Errc::invalid_handle;
   const EndpointState st = ep->state;
-  if (st == EndpointState::connected) {
-    wire::Ctl bye{};
-    bye.magic = wire::kCtlMagic;
-    bye.op = wire::op_bye;
-    (void)ep->conn->inject(&bye, sizeof bye, wire::data(wire::ctl_request));
-  }
+  if (st == EndpointState::connected) ep->say_goodbye();
   if (st == EndpointState::connected || st == EndpointState::connect_pending) {
     ep->state = EndpointState::disconnected;
     ep->conn->shutdown();
-    // What already finished is reported as such; the rest as flushed.
-    backend::CqEntry entries[16];
-    for (int n; (n = ep->conn->poll(entries)) > 0;)
-      for (int i = 0; i < n; ++i) ep->handle(entries[i]);
+    ep->drain();  // what already finished is reported as such; the rest as flushed
     ep->flush_all();
     ep->push_event(ConnectionEvent{ConnectionEventType::disconnected, {}});
   }
@@ -280,15 +272,8 @@ Result<void> Endpoint::recv(std::span<const Segment> dst, std::uint64_t cookie) 
     ep->recv_cq->push(std::move(c));
     return {};
   }
-  if (ep->posted_recvs.size() >= ep->options.max_recv) return Errc::queue_full;
-  detail::PostedRecv pr{cookie, {local->iov, local->iov + local->count}};
-  if (!ep->unmatched.empty()) {
-    detail::Incoming in = std::move(ep->unmatched.front());
-    ep->unmatched.pop_front();
-    detail::complete_receive(pr, in);
-    return {};
-  }
-  ep->posted_recvs.push_back(std::move(pr));
+  if (ep->receives.posted.size() >= ep->options.max_recv) return Errc::queue_full;
+  ep->receives.post(detail::PostedRecv{cookie, {local->iov, local->iov + local->count}});
   return {};
 }
 
@@ -352,22 +337,15 @@ Result<void> SharedReceiveQueue::recv(std::span<const Segment> dst, std::uint64_
   auto local = check_segments(impl_->zone, dst, Access::local_write);
   if (!local) return local.error();
   std::lock_guard<std::mutex> lock(impl_->mu);
-  if (impl_->posted.size() >= impl_->capacity) return Errc::queue_full;
-  detail::PostedRecv pr{cookie, {local->iov, local->iov + local->count}};
-  if (!impl_->unmatched.empty()) {
-    detail::Incoming in = std::move(impl_->unmatched.front());
-    impl_->unmatched.pop_front();
-    detail::complete_receive(pr, in);
-    return {};
-  }
-  impl_->posted.push_back(std::move(pr));
+  if (impl_->queue.posted.size() >= impl_->capacity) return Errc::queue_full;
+  impl_->queue.post(detail::PostedRecv{cookie, {local->iov, local->iov + local->count}});
   return {};
 }
 
 std::size_t SharedReceiveQueue::posted() const noexcept {
   if (!impl_) return 0;
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->posted.size();
+  return impl_->queue.posted.size();
 }
 
 void Endpoint::close() noexcept {

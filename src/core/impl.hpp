@@ -193,6 +193,9 @@ struct OpSlot {
   bool fence = false;
   bool posted = false;
   bool finished = false;  // outcome known, waiting for earlier ones (order)
+  /// Starts (or, for `local`, completes) only once every earlier operation
+  /// on the endpoint has completed.
+  bool waits_for_earlier() const noexcept { return fence || kind == Kind::local; }
   // Operation description, kept for deferred (fenced) posting.
   backend::Iov iov[8];
   std::size_t iov_count = 0;
@@ -217,15 +220,25 @@ struct Incoming {
   std::uint64_t endpoint_id = 0;
 };
 
-/// Place `in` into `pr`'s segments and report it on in.cq.
-void complete_receive(const PostedRecv& pr, Incoming& in);
+/// Software receive matching, in order: posted receives meet incoming
+/// messages; whichever comes first waits for the other. Used by endpoints
+/// and by shared receive queues (the caller holds the owner's lock).
+struct RecvQueue {
+  std::deque<PostedRecv> posted;
+  std::deque<Incoming> unmatched;
+
+  /// Match `pr` with a waiting message (its completion is reported at once)
+  /// or keep it.
+  void post(PostedRecv pr);
+  /// Match `in` with the oldest posted receive or hold it.
+  void arrive(Incoming in);
+};
 
 struct SrqImpl {
   std::shared_ptr<ZoneImpl> zone;
   std::uint32_t capacity = 0;
   std::mutex mu;
-  std::deque<PostedRecv> posted;
-  std::deque<Incoming> unmatched;
+  RecvQueue queue;
 };
 
 struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
@@ -249,8 +262,7 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   std::vector<std::uint8_t> rx_memory;
   std::unique_ptr<backend::MemoryKey> rx_key;
 
-  std::deque<PostedRecv> posted_recvs;
-  std::deque<Incoming> unmatched;
+  RecvQueue receives;  // unless srq
   std::deque<wire::Ctl> pending_replies;
   std::uint32_t peer_max_message = 0;
   // The latest write posted: key and remote range (Endpoint::flush).
@@ -285,6 +297,11 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// shut the connection, flush everything else, report `ev`.
   void fail(OpSlot* s, std::error_code status, ConnectionEventType ev);
   void flush_all();
+  /// Tell the peer this side disconnects on purpose (it then reports
+  /// `disconnected` rather than `lost`).
+  void say_goodbye() noexcept;
+  /// Handle every completion the transport already has.
+  void drain();
   void repost(OpSlot& rxs);
 
   // Thread-safe entry points.
