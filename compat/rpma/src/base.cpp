@@ -214,6 +214,18 @@ remora::Fabric* fabric_of(ibv_context* ctx) noexcept {
 
 using namespace rpma_compat;
 
+namespace {
+// Little-endian fields of the descriptors, whatever the host's byte order.
+void put_le(std::uint8_t* p, std::uint64_t v, int bytes) noexcept {
+  for (int i = 0; i < bytes; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+}
+std::uint64_t get_le(const std::uint8_t* p, int bytes) noexcept {
+  std::uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= std::uint64_t{p[i]} << (8 * i);
+  return v;
+}
+}  // namespace
+
 extern "C" {
 
 // ---- errors and events as text ---------------------------------------------------
@@ -351,13 +363,14 @@ int rpma_peer_cfg_get_descriptor_size(const struct rpma_peer_cfg* pcfg, size_t* 
   return 0;
 }
 
+// As librpma: at least one byte (more are ignored); any non-zero first byte
+// means direct write to PMem is supported.
 int rpma_peer_cfg_from_descriptor(const void* desc, size_t desc_size, struct rpma_peer_cfg** pcfg_ptr) {
-  if (desc == nullptr || pcfg_ptr == nullptr || desc_size != 1) return RPMA_E_INVAL;
+  if (desc == nullptr || pcfg_ptr == nullptr || desc_size < 1) return RPMA_E_INVAL;
   std::uint8_t b = *static_cast<const std::uint8_t*>(desc);
-  if (b > 1) return RPMA_E_INVAL;
   auto* c = new (std::nothrow) rpma_peer_cfg;
   if (!c) return RPMA_E_NOMEM;
-  c->direct_write_to_pmem = b == 1;
+  c->direct_write_to_pmem = b != 0;
   *pcfg_ptr = c;
   return 0;
 }
@@ -482,7 +495,8 @@ int rpma_peer_new(struct ibv_context* ibv_ctx, struct rpma_peer** peer_ptr) {
     RPMA_LOG(RPMA_LOG_LEVEL_ERROR, "unknown device context");
     return RPMA_E_PROVIDER;
   }
-  auto zone = f->create_zone();
+  // 32-bit keys: the region descriptor carries the key in 32 bits, as verbs' rkey.
+  auto zone = f->create_zone({.key_bits = 32});
   if (!zone) return rpma_error(zone.error());
   auto* p = new (std::nothrow) rpma_peer;
   if (!p) return RPMA_E_NOMEM;
@@ -543,30 +557,39 @@ int rpma_mr_get_descriptor_size(const struct rpma_mr_local* mr, size_t* desc_siz
 
 int rpma_mr_get_descriptor(const struct rpma_mr_local* mr, void* desc) {
   if (mr == nullptr || desc == nullptr) return RPMA_E_INVAL;
-  remora::RemoteRegion rr(reinterpret_cast<std::uint64_t>(mr->mr.address()), mr->mr.length(), mr->mr.key(),
-                          remote_access_for(mr->usage), mr->mr.persistent());
-  auto bytes = rr.serialize();
+  const std::uint64_t key = mr->mr.key();
+  if (key > UINT32_MAX) {  // only a provider choosing its own wide keys can do this
+    RPMA_LOG(RPMA_LOG_LEVEL_ERROR, "the region's remote key does not fit the 32-bit descriptor field");
+    return RPMA_E_NOSUPP;
+  }
   auto* out = static_cast<std::uint8_t*>(desc);
-  std::memcpy(out, bytes.data(), bytes.size());
-  out[bytes.size()] = static_cast<std::uint8_t>(mr->usage);
+  put_le(out, reinterpret_cast<std::uint64_t>(mr->mr.address()), 8);
+  put_le(out + 8, mr->mr.length(), 8);
+  put_le(out + 16, key, 4);
+  out[20] = static_cast<std::uint8_t>(mr->usage);
   return 0;
 }
 
+// Accepts what librpma accepts: at least 21 bytes (any more are ignored) and
+// a non-zero usage byte; the rest is the target's to check when an operation
+// arrives.
 int rpma_mr_remote_from_descriptor(const void* desc, size_t desc_size, struct rpma_mr_remote** mr_ptr) {
   if (desc == nullptr || mr_ptr == nullptr) return RPMA_E_INVAL;
-  if (desc_size != kMrDescriptorSize) return RPMA_E_INVAL;
+  if (desc_size < kMrDescriptorSize) {
+    RPMA_LOG(RPMA_LOG_LEVEL_ERROR, "descriptor of %zu bytes, a region's descriptor has %zu", desc_size,
+             kMrDescriptorSize);
+    return RPMA_E_INVAL;
+  }
   const auto* b = static_cast<const std::uint8_t*>(desc);
-  auto rr = remora::RemoteRegion::parse({b, remora::RemoteRegion::kSerializedSize});
-  if (!rr) return rpma_error(rr.error());
-  const int usage = b[remora::RemoteRegion::kSerializedSize];
-  // The usage byte must agree with what the region grants.
-  if (usage == 0 || rr->access() != remote_access_for(usage) ||
-      rr->persistent() != ((usage & RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT) != 0) ||
-      (rr->access() != Access::none) != (rr->key() != 0))
-    return RPMA_E_NOSUPP;
+  const int usage = b[20];
+  if (usage == 0) {
+    RPMA_LOG(RPMA_LOG_LEVEL_ERROR, "the descriptor's usage is not set");
+    return RPMA_E_INVAL;
+  }
   auto* m = new (std::nothrow) rpma_mr_remote;
   if (!m) return RPMA_E_NOMEM;
-  m->rr = *rr;
+  m->rr = remora::RemoteRegion(get_le(b, 8), get_le(b + 8, 8), get_le(b + 16, 4), remote_access_for(usage),
+                               (usage & RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT) != 0);
   m->usage = usage;
   *mr_ptr = m;
   return 0;

@@ -36,9 +36,13 @@ bool is_nonblocking(int fd) noexcept;
 /// Block until `fd` is readable or `slice_ms` passed.
 void wait_readable(int fd, int slice_ms) noexcept;
 
-/// Descriptor layout of a local region: Remora's serialized RemoteRegion
-/// followed by one byte of librpma usage flags.
-inline constexpr std::size_t kMrDescriptorSize = remora::RemoteRegion::kSerializedSize + 1;
+/// Descriptor of a local region, librpma's encoding (21 bytes): the region's
+/// address (u64), length (u64) and remote key (u32), little-endian, then one
+/// byte of RPMA_MR_USAGE_* flags. Everything else a RemoteRegion holds follows
+/// from these: remote privileges and persistence from the usage flags (a
+/// region is registered with exactly the privileges its usage needs), and the
+/// key fits 32 bits because this face opens its zones with key_bits = 32.
+inline constexpr std::size_t kMrDescriptorSize = 21;
 /// The remote privileges a usage set grants (what the descriptor must carry).
 remora::Access remote_access_for(int usage) noexcept;
 

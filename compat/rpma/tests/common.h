@@ -64,6 +64,16 @@ static int g_failures;
 		}                                                                     \
 	} while (0)
 
+/* Fatal: a condition the rest of the test depends on. */
+#define REQUIRE(cond)                                                                 \
+	do {                                                                          \
+		if (!(cond)) {                                                        \
+			fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__,      \
+				__LINE__, #cond);                                     \
+			exit(1);                                                      \
+		}                                                                     \
+	} while (0)
+
 static inline int finish(const char *name)
 {
 	if (g_failures) {

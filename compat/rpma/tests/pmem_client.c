@@ -59,11 +59,15 @@ int main(int argc, char **argv)
 		return 1;
 	struct rpma_conn_private_data pd;
 	REQUIRE_OK(rpma_conn_get_private_data(conn, &pd));
-	size_t mds = pd.len - 1;
+	/* the server's layout: two size bytes, then the descriptors in 24 bytes */
+	REQUIRE(pd.len == 26);
+	const unsigned char *pb = pd.ptr;
+	size_t mds = pb[0], pds = pb[1];
+	REQUIRE(mds == 21 && pds == 1);
 	struct rpma_mr_remote *rmr;
 	struct rpma_peer_cfg *pcfg;
-	REQUIRE_OK(rpma_mr_remote_from_descriptor(pd.ptr, mds, &rmr));
-	REQUIRE_OK(rpma_peer_cfg_from_descriptor((char *)pd.ptr + mds, 1, &pcfg));
+	REQUIRE_OK(rpma_mr_remote_from_descriptor(pb + 2, mds, &rmr));
+	REQUIRE_OK(rpma_peer_cfg_from_descriptor(pb + 2 + mds, pds, &pcfg));
 	REQUIRE_OK(rpma_conn_apply_remote_peer_cfg(conn, pcfg));
 	int ft = 0;
 	REQUIRE_OK(rpma_mr_remote_get_flush_type(rmr, &ft));

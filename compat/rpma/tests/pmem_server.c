@@ -36,14 +36,26 @@ int main(int argc, char **argv)
 	struct rpma_peer_cfg *pcfg;
 	REQUIRE_OK(rpma_peer_cfg_new(&pcfg));
 	REQUIRE_OK(rpma_peer_cfg_set_direct_write_to_pmem(pcfg, true));
-	/* private data: the region's descriptor, then the peer configuration's */
-	unsigned char pdata[255];
+	/*
+	 * Private data as real programs lay it out: two size bytes, then both
+	 * descriptors in 24 bytes, 26 bytes in all (rdma_connect on a TCP port
+	 * space carries at most 28).
+	 */
+	struct {
+		uint8_t mr_size;
+		uint8_t pcfg_size;
+		unsigned char descs[24];
+	} pdata;
+	_Static_assert(sizeof(pdata) <= 28, "fits rdma_cm's TCP private data");
 	size_t mds, pds;
 	REQUIRE_OK(rpma_mr_get_descriptor_size(mr, &mds));
 	REQUIRE_OK(rpma_peer_cfg_get_descriptor_size(pcfg, &pds));
-	REQUIRE_OK(rpma_mr_get_descriptor(mr, pdata));
-	REQUIRE_OK(rpma_peer_cfg_get_descriptor(pcfg, pdata + mds));
-	struct rpma_conn_private_data pd = {pdata, (uint8_t)(mds + pds)};
+	REQUIRE(mds + pds <= sizeof(pdata.descs));
+	pdata.mr_size = (uint8_t)mds;
+	pdata.pcfg_size = (uint8_t)pds;
+	REQUIRE_OK(rpma_mr_get_descriptor(mr, pdata.descs));
+	REQUIRE_OK(rpma_peer_cfg_get_descriptor(pcfg, pdata.descs + mds));
+	struct rpma_conn_private_data pd = {&pdata, (uint8_t)sizeof(pdata)};
 	REQUIRE_OK(rpma_ep_listen(peer, argv[1], argv[2], &ep));
 	printf("READY\n");
 	fflush(stdout);

@@ -241,7 +241,7 @@ int main(void)
 	struct rpma_mr_remote *forged;
 	REQUIRE_OK(rpma_mr_get_descriptor_size(pmr, &ds));
 	REQUIRE_OK(rpma_mr_get_descriptor(pmr, desc));
-	desc[24] ^= 0x5a; /* the key */
+	desc[16] ^= 0x5a; /* the key: bytes 16-19 */
 	REQUIRE_OK(rpma_mr_remote_from_descriptor(desc, ds, &forged));
 	EXPECT_OK(rpma_write(c, forged, 0, lmr, 0, 8, RPMA_F_COMPLETION_ON_ERROR, (void *)0x71));
 	REQUIRE_OK(wait_wc(cq, &wc));
