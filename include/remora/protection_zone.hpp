@@ -38,7 +38,9 @@ class ProtectionZone {
   /// Register [addr, addr+len) with `access`. `persistent` declares that the
   /// memory is a shared file mapping the caller made: PERSISTENT flushes of it
   /// msync the covered pages. Errors: invalid_argument (null/zero length,
-  /// access none), no_memory, invalid_handle.
+  /// access none, a range that wraps around the address space or holds a page
+  /// not mapped in this process; nothing is registered), no_memory,
+  /// invalid_handle.
   Result<MemoryRegion> register_memory(void* addr, std::size_t len, Access access, bool persistent = false);
   /// Create (or open) `path`, size it to `len` bytes, map it with libpmem2
   /// and register the mapping as a persistent region (cache flush on DAX,

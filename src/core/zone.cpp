@@ -1,8 +1,11 @@
 // ProtectionZone: registration, queues, endpoints and listeners of a zone.
 #include <fcntl.h>
 #include <libpmem2.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstdint>
 
 #include "core/impl.hpp"
 
@@ -21,6 +24,18 @@ std::uint64_t ZoneImpl::random_key() {
 }
 
 namespace {
+
+/// True when every page of [addr, addr+len) is mapped in this process (the
+/// range must not wrap). msync validates the range without touching it:
+/// ENOMEM when a page of it is not mapped; MS_ASYNC schedules nothing.
+bool range_mapped(const void* addr, std::size_t len) noexcept {
+  static const std::uintptr_t page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto a = reinterpret_cast<std::uintptr_t>(addr);
+  const std::uintptr_t start = a & ~(page - 1);
+  if (a + len < a || a + len > UINTPTR_MAX - page) return false;
+  const std::uintptr_t end = (a + len + page - 1) & ~(page - 1);
+  return msync(reinterpret_cast<void*>(start), end - start, MS_ASYNC) == 0;
+}
 
 Result<std::shared_ptr<RegionImpl>> register_region(const std::shared_ptr<ZoneImpl>& zone, void* addr,
                                                     std::size_t len, Access access) {
@@ -60,6 +75,9 @@ Result<MemoryRegion> ProtectionZone::register_memory(void* addr, std::size_t len
   if (addr == nullptr || len == 0 || access == Access::none ||
       (static_cast<std::uint32_t>(access) & ~static_cast<std::uint32_t>(Access::all)) != 0)
     return Errc::invalid_argument;
+  // As a verbs provider would refuse it: a range that wraps around the
+  // address space or has a page not mapped in this process.
+  if (!detail::range_mapped(addr, len)) return Errc::invalid_argument;
   auto r = detail::register_region(impl_, addr, len, access);
   if (!r) return r.error();
   (*r)->persistent = persistent;

@@ -1,4 +1,8 @@
 // MemoryRegion: registration, keys, descriptors, handle lifetime.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <set>
 #include <utility>
 
@@ -120,6 +124,24 @@ TEST_F(MemoryRegionTest, RegisterErrors) {
     EXPECT_ERR(zone.register_memory(buf.data(), 4096, Access::none), Errc::invalid_argument);
     EXPECT_ERR(zone.register_memory(buf.data(), 4096, static_cast<Access>(0x10)), Errc::invalid_argument);
     EXPECT_ERR(zone.register_memory(buf.data(), 4096, static_cast<Access>(0x80000001u)), Errc::invalid_argument);
+  }
+  {  // RegisterRejectsRangesNoProviderWould: wrapping, or not mapped
+    auto* top = reinterpret_cast<void*>(UINTPTR_MAX - 4095);
+    EXPECT_ERR(zone.register_memory(top, 8192, Access::all), Errc::invalid_argument);
+    EXPECT_ERR(zone.register_memory(buf.data(), SIZE_MAX, Access::all), Errc::invalid_argument);
+    const long page = sysconf(_SC_PAGESIZE);
+    void* m = mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(m, MAP_FAILED);
+    auto* p = static_cast<std::uint8_t*>(m);
+    ASSERT_EQ(munmap(p + page, page), 0);  // a hole in the middle
+    EXPECT_ERR(zone.register_memory(p, 3 * page, Access::all), Errc::invalid_argument);
+    EXPECT_ERR(zone.register_memory(p + page + 8, 16, Access::remote_write), Errc::invalid_argument);
+    EXPECT_OK(zone.register_memory(p, page, Access::all));  // the mapped pages still register
+    auto tail = MUST(zone.register_memory(p + 2 * page, page, Access::remote_write));
+    EXPECT_EQ(tail.length(), static_cast<std::size_t>(page));
+    tail.close();
+    munmap(p, page);
+    munmap(p + 2 * page, page);
   }
   {  // RegisterOnInvalidZoneIsInvalidHandle
     ProtectionZone none;

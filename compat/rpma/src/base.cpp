@@ -531,8 +531,12 @@ int rpma_mr_reg(struct rpma_peer* peer, void* ptr, size_t size, int usage, struc
   auto mr = peer->zone.register_memory(ptr, size, a, persistent);
   if (!mr) {
     delete m;
-    int rc = rpma_error(mr.error());
-    return rc == RPMA_E_NOMEM || rc == RPMA_E_INVAL ? rc : RPMA_E_PROVIDER;
+    // The arguments were checked above: what remains is the registration
+    // itself failing (a range that wraps or is not mapped), as ibv_reg_mr
+    // failing in librpma.
+    if (mr.error() == Errc::no_memory) return RPMA_E_NOMEM;
+    RPMA_LOG(RPMA_LOG_LEVEL_ERROR, "registering [%p, +%zu) failed: %s", ptr, size, mr.error().message().c_str());
+    return RPMA_E_PROVIDER;
   }
   m->mr = std::move(*mr);
   m->usage = usage;

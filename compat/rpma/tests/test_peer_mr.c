@@ -30,6 +30,16 @@ int main(void)
 	EXPECT_RC(rpma_mr_reg(peer, buf, size, RPMA_MR_USAGE_READ_SRC, NULL), RPMA_E_INVAL);
 	EXPECT_RC(rpma_mr_reg(peer, buf, size, 0, &mr), RPMA_E_INVAL);
 	CHECK(mr == NULL);
+	/* ranges ibv_reg_mr refuses: wrapping around, or with a page not mapped */
+	EXPECT_RC(rpma_mr_reg(peer, (void *)(UINTPTR_MAX - 4095), 8192, RPMA_MR_USAGE_READ_SRC, &mr),
+		RPMA_E_PROVIDER);
+	char *holed = mmap(NULL, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	REQUIRE(holed != MAP_FAILED);
+	REQUIRE(munmap(holed + 4096, 4096) == 0);
+	EXPECT_RC(rpma_mr_reg(peer, holed, 3 * 4096, RPMA_MR_USAGE_WRITE_DST, &mr), RPMA_E_PROVIDER);
+	CHECK(mr == NULL);
+	munmap(holed, 4096);
+	munmap(holed + 2 * 4096, 4096);
 	REQUIRE_OK(rpma_mr_reg(peer, buf, size,
 		RPMA_MR_USAGE_WRITE_DST | RPMA_MR_USAGE_READ_SRC | RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT, &mr));
 
