@@ -48,6 +48,8 @@ Result<void> EndpointImpl::setup_connection(const std::shared_ptr<void>& request
   if (!key) return key.error();
   rx_key = std::move(*key);
   rx = std::vector<OpSlot>(nrx);
+  msgs_posted = peer_handled = msgs_handled = msgs_acked = 0;
+  unacked.clear();
   conn = std::move(*c);
   for (std::size_t i = 0; i < nrx; ++i) {
     rx[i].kind = OpSlot::Kind::recv_buffer;
@@ -84,6 +86,8 @@ void EndpointImpl::release_slot(std::uint32_t i) {
   s.kind = OpSlot::Kind::free;
   s.posted = false;
   s.finished = false;
+  s.msg_seq = 0;
+  s.transport_done = false;
   ++s.generation;
   free_slots.push_back(i);
 }
@@ -104,6 +108,10 @@ int EndpointImpl::post_slot(OpSlot& s) {
   if (rc == 0) {
     s.posted = true;
     ++in_flight;
+    if (s.kind == OpSlot::Kind::send || (s.kind == OpSlot::Kind::write && s.with_data)) {
+      s.msg_seq = ++msgs_posted;
+      unacked.emplace_back(s.index, s.generation);
+    }
   }
   return rc;
 }
@@ -172,6 +180,7 @@ void EndpointImpl::flush_all() {
   }
   report_in_order();
   deferred.clear();
+  unacked.clear();
   in_flight = 0;
   while (!receives.posted.empty()) {
     Completion c;
@@ -208,6 +217,7 @@ void EndpointImpl::handle(const backend::CqEntry& e) {
       const std::uint64_t carried = wire::write_imm_length(e.data);
       in.length = e.len != 0 || carried == wire::kLengthUnknown ? e.len : carried;
       deliver(std::move(in));
+      ++msgs_handled;
     }
     return;
   }
@@ -224,6 +234,11 @@ void EndpointImpl::handle(const backend::CqEntry& e) {
   }
   if (s->kind == OpSlot::Kind::free || !s->posted) return;  // already flushed
   s->posted = false;
+  if (e.err == 0 && s->msg_seq > peer_handled) {
+    // Delivered; it completes when the peer acknowledges it (handle_ack).
+    s->transport_done = true;
+    return;
+  }
   --in_flight;
   if (e.err != 0) {
     // Once the endpoint left `connected` (a local disconnect), the
@@ -248,8 +263,10 @@ void EndpointImpl::handle_message(OpSlot& rxs, const backend::CqEntry& e) {
       in.length = e.len;
       in.bytes.assign(bytes, bytes + e.len);
       deliver(std::move(in));
+      ++msgs_handled;
       return;
     }
+    case wire::msg_ack: handle_ack(wire::ack_count(e.data)); return;
     case wire::ctl_request:
     case wire::ctl_reply: {
       wire::Ctl m;
@@ -367,6 +384,35 @@ void EndpointImpl::flush_replies() {
   }
 }
 
+void EndpointImpl::flush_acks() {
+  if (!conn || msgs_acked == msgs_handled) return;
+  static const std::uint8_t nothing = 0;
+  // On -EAGAIN the next progress pass tries again; any other failure means
+  // the connection is going away.
+  if (conn->inject(&nothing, 0, wire::ack_data(msgs_handled)) == 0) msgs_acked = msgs_handled;
+}
+
+void EndpointImpl::handle_ack(std::uint64_t count) {
+  if (count <= peer_handled || count > msgs_posted) return;  // stale, or not ours to believe
+  peer_handled = count;
+  while (!unacked.empty()) {
+    auto [index, generation] = unacked.front();
+    OpSlot& s = slots[index];
+    if (s.generation != generation || s.finished) {  // already failed or flushed
+      unacked.pop_front();
+      continue;
+    }
+    if (s.msg_seq > peer_handled) return;
+    unacked.pop_front();
+    // Not yet finished by the transport: handle() completes it then.
+    if (s.transport_done) {
+      s.transport_done = false;
+      --in_flight;
+      complete(s, {});
+    }
+  }
+}
+
 void EndpointImpl::handle_reply(const wire::Ctl& rep) {
   auto idx = static_cast<std::uint32_t>(rep.token);
   auto gen = static_cast<std::uint32_t>(rep.token >> 32);
@@ -408,6 +454,7 @@ int EndpointImpl::progress() {
     if (!conn || n < 16) break;
   }
   if (conn) {
+    flush_acks();
     flush_replies();
     pump_deferred();
   }

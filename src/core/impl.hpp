@@ -154,7 +154,7 @@ struct Hello {
 };
 static_assert(sizeof(Hello) == 16);
 
-enum Kind : std::uint8_t { user_msg = 1, user_msg_imm = 2, ctl_request = 3, ctl_reply = 4, write_imm = 5 };
+enum Kind : std::uint8_t { user_msg = 1, user_msg_imm = 2, ctl_request = 3, ctl_reply = 4, write_imm = 5, msg_ack = 6 };
 inline std::uint64_t data(Kind k, std::uint32_t imm = 0) { return (std::uint64_t{k} << 56) | imm; }
 inline Kind kind_of(std::uint64_t d) { return static_cast<Kind>(d >> 56); }
 // A write with immediate also carries its length in bits 32..55 (the tcp
@@ -164,6 +164,14 @@ inline std::uint64_t write_imm_data(std::uint32_t imm, std::uint64_t len) {
   return data(write_imm, imm) | (std::min(len, kLengthUnknown) << 32);
 }
 inline std::uint64_t write_imm_length(std::uint64_t d) { return (d >> 32) & kLengthUnknown; }
+
+// Receive acknowledgement: an empty message whose data carries, in its low
+// 56 bits, how many receive-consuming messages (sends, writes with
+// immediate) of the connection the receiver has handled, i.e. matched with a
+// posted receive (its completion queued) or held for the next one.
+constexpr std::uint64_t kAckCountMask = (std::uint64_t{1} << 56) - 1;
+inline std::uint64_t ack_data(std::uint64_t handled) { return data(msg_ack) | (handled & kAckCountMask); }
+inline std::uint64_t ack_count(std::uint64_t d) { return d & kAckCountMask; }
 
 enum CtlOp : std::uint8_t { op_atomic_write = 1, op_flush = 2, op_bye = 3 };
 struct Ctl {
@@ -193,6 +201,11 @@ struct OpSlot {
   bool fence = false;
   bool posted = false;
   bool finished = false;  // outcome known, waiting for earlier ones (order)
+  // Messages consuming a receive at the peer (sends, writes with immediate):
+  // their number on the connection (0 for other operations), and whether the
+  // transport finished them while the peer's acknowledgement is still due.
+  std::uint64_t msg_seq = 0;
+  bool transport_done = false;
   /// Starts (or, for `local`, completes) only once every earlier operation
   /// on the endpoint has completed.
   bool waits_for_earlier() const noexcept { return fence || kind == Kind::local; }
@@ -264,6 +277,17 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
 
   RecvQueue receives;  // unless srq
   std::deque<wire::Ctl> pending_replies;
+  // Receive order across connections. A message that consumes a receive
+  // completes at its sender only once the receiver acknowledged it as
+  // handled (its receive completion queued, or the message held), as an RC
+  // receive completion is written before the sender's acknowledgement: a
+  // sender that waits for a send's completion before sending on another
+  // connection is sure the receiver sees the two in that order.
+  std::uint64_t msgs_posted = 0;   // sender: receive-consuming messages posted
+  std::uint64_t peer_handled = 0;  // sender: the peer's latest acknowledgement
+  std::deque<std::pair<std::uint32_t, std::uint32_t>> unacked;  // sender: (slot, generation), posting order
+  std::uint64_t msgs_handled = 0;  // receiver: messages handled
+  std::uint64_t msgs_acked = 0;    // receiver: the count last acknowledged
   std::uint32_t peer_max_message = 0;
   // The latest write posted: key and remote range (Endpoint::flush).
   std::uint64_t last_write_key = 0, last_write_addr = 0, last_write_len = 0;
@@ -293,6 +317,9 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   void handle_reply(const wire::Ctl& rep);
   void deliver(Incoming in);
   void flush_replies();
+  /// Acknowledge the messages handled since the last acknowledgement.
+  void flush_acks();
+  void handle_ack(std::uint64_t count);
   /// Fail `s` (if given) with `status` and, when connected, move to error:
   /// shut the connection, flush everything else, report `ev`.
   void fail(OpSlot* s, std::error_code status, ConnectionEventType ev);

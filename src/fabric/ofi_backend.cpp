@@ -215,7 +215,9 @@ class OfiConnection final : public Connection {
     msg.iov_count = iov.size();
     msg.context = ctx;
     msg.data = data;
-    return static_cast<int>(fi_sendmsg(ep_, &msg, FI_REMOTE_CQ_DATA | FI_DELIVERY_COMPLETE | FI_COMPLETION));
+    // Transmit complete is enough: the core completes a send only once the
+    // receiving side acknowledged it as handled.
+    return static_cast<int>(fi_sendmsg(ep_, &msg, FI_REMOTE_CQ_DATA | FI_TRANSMIT_COMPLETE | FI_COMPLETION));
   }
 
   int inject(const void* buf, std::size_t len, std::uint64_t data) override {
