@@ -289,6 +289,10 @@ using namespace remora_dat;
 
 extern "C" {
 
+// The "no agent" value, exported as an object too (earlier versions of these
+// headers declared it as one); the headers define it as a macro.
+#undef DAT_OS_WAIT_PROXY_AGENT_NULL
+extern const DAT_OS_WAIT_PROXY_AGENT DAT_OS_WAIT_PROXY_AGENT_NULL;
 const DAT_OS_WAIT_PROXY_AGENT DAT_OS_WAIT_PROXY_AGENT_NULL = {nullptr, nullptr};
 
 // ---------------------------------------------------------------- IA
@@ -362,11 +366,20 @@ DAT_RETURN dat_ia_close(DAT_IA_HANDLE h, DAT_CLOSE_FLAGS flags) {
   return DAT_SUCCESS;
 }
 
-DAT_RETURN dat_ia_query(DAT_IA_HANDLE h, DAT_EVD_HANDLE* async_evd, DAT_IA_ATTR_MASK, DAT_IA_ATTR* a,
-                        DAT_PROVIDER_ATTR_MASK, DAT_PROVIDER_ATTR* p) {
+DAT_RETURN dat_ia_query(DAT_IA_HANDLE h, DAT_EVD_HANDLE* async_evd, DAT_IA_ATTR_MASK ia_mask, DAT_IA_ATTR* a,
+                        DAT_PROVIDER_ATTR_MASK provider_mask, DAT_PROVIDER_ATTR* p) {
   Lock lock(g_mu);
   auto ia = std::static_pointer_cast<Ia>(lookup(h, Kind::ia));
   if (!ia) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_IA);
+  // As the reference provider: an attribute set is filled when its mask
+  // selects any member, and then needs its pointer; unknown IA bits are
+  // refused.
+  if ((ia_mask & DAT_IA_FIELD_ALL) != 0 && a == nullptr) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4);
+  if ((ia_mask & ~DAT_IA_FIELD_ALL) != 0) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
+  if ((provider_mask & DAT_PROVIDER_FIELD_ALL) != 0 && p == nullptr)
+    return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG6);
+  if ((ia_mask & DAT_IA_FIELD_ALL) == 0) a = nullptr;
+  if ((provider_mask & DAT_PROVIDER_FIELD_ALL) == 0) p = nullptr;
   const auto& info = ia->fabric.info();
   if (async_evd) *async_evd = ia->async_evd.get();
   const DAT_COUNT segs = static_cast<DAT_COUNT>(std::min<std::size_t>(8, info.max_segments ? info.max_segments : 8));
@@ -403,7 +416,7 @@ DAT_RETURN dat_ia_query(DAT_IA_HANDLE h, DAT_EVD_HANDLE* async_evd, DAT_IA_ATTR_
     a->max_rdma_read_per_ep_out_guaranteed = DAT_TRUE;
   }
   if (p) {
-    std::memset(p, 0, sizeof *p);
+    std::memset(static_cast<void*>(p), 0, sizeof *p);
     std::snprintf(p->provider_name, sizeof p->provider_name, "remora-ofi-%s", info.provider.c_str());
     p->provider_version_major = 0;
     p->provider_version_minor = 1;
@@ -417,11 +430,15 @@ DAT_RETURN dat_ia_query(DAT_IA_HANDLE h, DAT_EVD_HANDLE* async_evd, DAT_IA_ATTR_
     p->is_thread_safe = DAT_TRUE;
     p->max_private_data_size = static_cast<DAT_COUNT>(remora::kMaxPrivateData);
     p->supports_multipath = DAT_FALSE;
-    p->ep_creator = DAT_PSP_CREATES_EP_NEVER;
-    p->upcall_policy = DAT_UPCALL_DISABLE;
+    p->ep_creator = DAT_PSP_CREATES_EP_IFASKED;  // DAT_PSP_PROVIDER_FLAG
+    p->pz_support = DAT_PZ_UNIQUE;
     p->optimal_buffer_alignment = DAT_OPTIMAL_ALIGNMENT;
-    for (auto& row : p->evd_stream_merging_supported)
+    // Every pair of event streams can share an EVD (the member is const in
+    // the DAT 1.2 ABI, for the consumer; the provider fills it).
+    DAT_BOOLEAN merge[6][6];
+    for (auto& row : merge)
       for (auto& x : row) x = DAT_TRUE;
+    std::memcpy(const_cast<DAT_BOOLEAN*>(&p->evd_stream_merging_supported[0][0]), merge, sizeof merge);
     p->srq_supported = DAT_TRUE;
     p->srq_watermarks_supported = 0;
     p->srq_ep_pz_difference_supported = DAT_FALSE;
@@ -482,23 +499,51 @@ DAT_RETURN dat_strerror(DAT_RETURN value, const char** major, const char** minor
       {DAT_PROVIDER_IN_USE, "DAT_PROVIDER_IN_USE"},
       {DAT_INVALID_ADDRESS, "DAT_INVALID_ADDRESS"},
       {DAT_INTERRUPTED_CALL, "DAT_INTERRUPTED_CALL"},
-      {DAT_NOT_IMPLEMENTED, "DAT_NOT_IMPLEMENTED"},
+      {DAT_CONN_QUAL_UNAVAILABLE, "DAT_CONN_QUAL_UNAVAILABLE"},
+      {DAT_NOT_IMPLEMENTED & DAT_TYPE_MASK, "DAT_NOT_IMPLEMENTED"},
   };
-  static const char* subs[] = {
-      "DAT_RESOURCE_MEMORY", "DAT_RESOURCE_DEVICE", "DAT_RESOURCE_TEP", "DAT_RESOURCE_TEVD",
-      "DAT_RESOURCE_PROTECTION_DOMAIN", "DAT_RESOURCE_MEMORY_REGION", "DAT_RESOURCE_ERROR_HANDLER",
-      "DAT_RESOURCE_CREDITS", "DAT_RESOURCE_SRQ", "DAT_INVALID_HANDLE_IA", "DAT_INVALID_HANDLE_EP",
-      "DAT_INVALID_HANDLE_LMR", "DAT_INVALID_HANDLE_RMR", "DAT_INVALID_HANDLE_PZ", "DAT_INVALID_HANDLE_PSP",
-      "DAT_INVALID_HANDLE_RSP", "DAT_INVALID_HANDLE_CR", "DAT_INVALID_HANDLE_CNO", "DAT_INVALID_HANDLE_EVD_CR",
-      "DAT_INVALID_HANDLE_EVD_REQUEST", "DAT_INVALID_HANDLE_EVD_RECV", "DAT_INVALID_HANDLE_EVD_CONN",
-      "DAT_INVALID_HANDLE_EVD_ASYNC", "DAT_INVALID_HANDLE_SRQ"};
+  // Indexed by DAT_RETURN_SUBTYPE value.
+  static const char* const subs[] = {
+      "DAT_NO_SUBTYPE", "DAT_SUB_INTERRUPTED", "DAT_RESOURCE_MEMORY", "DAT_RESOURCE_DEVICE", "DAT_RESOURCE_TEP",
+      "DAT_RESOURCE_TEVD", "DAT_RESOURCE_PROTECTION_DOMAIN", "DAT_RESOURCE_MEMORY_REGION",
+      "DAT_RESOURCE_ERROR_HANDLER", "DAT_RESOURCE_CREDITS", "DAT_RESOURCE_SRQ", "DAT_INVALID_HANDLE_IA",
+      "DAT_INVALID_HANDLE_EP", "DAT_INVALID_HANDLE_LMR", "DAT_INVALID_HANDLE_RMR", "DAT_INVALID_HANDLE_PZ",
+      "DAT_INVALID_HANDLE_PSP", "DAT_INVALID_HANDLE_RSP", "DAT_INVALID_HANDLE_CR", "DAT_INVALID_HANDLE_CNO",
+      "DAT_INVALID_HANDLE_EVD_CR", "DAT_INVALID_HANDLE_EVD_REQUEST", "DAT_INVALID_HANDLE_EVD_RECV",
+      "DAT_INVALID_HANDLE_EVD_CONN", "DAT_INVALID_HANDLE_EVD_ASYNC", "DAT_INVALID_HANDLE_SRQ",
+      "DAT_INVALID_HANDLE1", "DAT_INVALID_HANDLE2", "DAT_INVALID_HANDLE3", "DAT_INVALID_HANDLE4",
+      "DAT_INVALID_HANDLE5", "DAT_INVALID_HANDLE6", "DAT_INVALID_HANDLE7", "DAT_INVALID_HANDLE8",
+      "DAT_INVALID_HANDLE9", "DAT_INVALID_HANDLE10", "DAT_INVALID_ARG1", "DAT_INVALID_ARG2", "DAT_INVALID_ARG3",
+      "DAT_INVALID_ARG4", "DAT_INVALID_ARG5", "DAT_INVALID_ARG6", "DAT_INVALID_ARG7", "DAT_INVALID_ARG8",
+      "DAT_INVALID_ARG9", "DAT_INVALID_ARG10", "DAT_INVALID_STATE_EP_UNCONNECTED",
+      "DAT_INVALID_STATE_EP_ACTCONNPENDING", "DAT_INVALID_STATE_EP_PASSCONNPENDING",
+      "DAT_INVALID_STATE_EP_TENTCONNPENDING", "DAT_INVALID_STATE_EP_CONNECTED",
+      "DAT_INVALID_STATE_EP_DISCONNECTED", "DAT_INVALID_STATE_EP_RESERVED", "DAT_INVALID_STATE_EP_COMPLPENDING",
+      "DAT_INVALID_STATE_EP_DISCPENDING", "DAT_INVALID_STATE_EP_PROVIDERCONTROL",
+      "DAT_INVALID_STATE_EP_NOTREADY", "DAT_INVALID_STATE_EP_RECV_WATERMARK", "DAT_INVALID_STATE_EP_PZ",
+      "DAT_INVALID_STATE_EP_EVD_REQUEST", "DAT_INVALID_STATE_EP_EVD_RECV", "DAT_INVALID_STATE_EP_EVD_CONNECT",
+      "DAT_INVALID_STATE_EP_UNCONFIGURED", "DAT_INVALID_STATE_EP_UNCONFRESERVED",
+      "DAT_INVALID_STATE_EP_UNCONFPASSIVE", "DAT_INVALID_STATE_EP_UNCONFTENTATIVE",
+      "DAT_INVALID_STATE_CNO_IN_USE", "DAT_INVALID_STATE_CNO_DEAD", "DAT_INVALID_STATE_EVD_OPEN",
+      "DAT_INVALID_STATE_EVD_ENABLED", "DAT_INVALID_STATE_EVD_DISABLED", "DAT_INVALID_STATE_EVD_WAITABLE",
+      "DAT_INVALID_STATE_EVD_UNWAITABLE", "DAT_INVALID_STATE_EVD_IN_USE", "DAT_INVALID_STATE_EVD_CONFIG_NOTIFY",
+      "DAT_INVALID_STATE_EVD_CONFIG_SOLICITED", "DAT_INVALID_STATE_EVD_CONFIG_THRESHOLD",
+      "DAT_INVALID_STATE_EVD_WAITER", "DAT_INVALID_STATE_EVD_ASYNC", "DAT_INVALID_STATE_IA_IN_USE",
+      "DAT_INVALID_STATE_LMR_IN_USE", "DAT_INVALID_STATE_LMR_FREE", "DAT_INVALID_STATE_PZ_IN_USE",
+      "DAT_INVALID_STATE_PZ_FREE", "DAT_INVALID_STATE_SRQ_OPERATIONAL", "DAT_INVALID_STATE_SRQ_ERROR",
+      "DAT_INVALID_STATE_SRQ_IN_USE", "DAT_PRIVILEGES_READ", "DAT_PRIVILEGES_WRITE", "DAT_PRIVILEGES_RDMA_READ",
+      "DAT_PRIVILEGES_RDMA_WRITE", "DAT_PROTECTION_READ", "DAT_PROTECTION_WRITE", "DAT_PROTECTION_RDMA_READ",
+      "DAT_PROTECTION_RDMA_WRITE", "DAT_INVALID_ADDRESS_UNSUPPORTED", "DAT_INVALID_ADDRESS_UNREACHABLE",
+      "DAT_INVALID_ADDRESS_MALFORMED", "DAT_NAME_NOT_REGISTERED", "DAT_MAJOR_NOT_FOUND", "DAT_MINOR_NOT_FOUND",
+      "DAT_THREAD_SAFETY_NOT_FOUND",
+  };
   if (major == nullptr || minor == nullptr) return err(DAT_INVALID_PARAMETER, 0);
   const DAT_UINT32 t = DAT_GET_TYPE(value);
   const DAT_UINT32 s = DAT_GET_SUBTYPE(value);
   for (auto& e : types) {
     if (e.t != t) continue;
     *major = e.s;
-    if (t == DAT_SUCCESS || (s == 0 && t != DAT_INSUFFICIENT_RESOURCES))
+    if (t == DAT_SUCCESS || s == DAT_NO_SUBTYPE)
       *minor = "";
     else
       *minor = s < sizeof subs / sizeof subs[0] ? subs[s] : "DAT subtype";

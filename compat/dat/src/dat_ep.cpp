@@ -14,6 +14,15 @@ namespace {
 constexpr DAT_COUNT kMaxIov = 8;
 constexpr DAT_UINT32 kFlagMask = 0x1F;
 
+/// The TCP port of a connection qualifier. Qualifiers of 16 bits are the
+/// port; wider ones are folded onto ports 33534..65534 the way compat-dapl's
+/// rdma_cm provider folds them (qualifier mod 32001, plus 33534), so both
+/// sides of a connection agree on the port.
+std::uint16_t qual_port(DAT_CONN_QUAL q) {
+  constexpr DAT_CONN_QUAL kMod = 32001, kBase = 65535 - kMod;
+  return static_cast<std::uint16_t>(q > 0xffff ? q % kMod + kBase : q);
+}
+
 DAT_EP_ATTR default_attr() {
   DAT_EP_ATTR a{};
   a.service_type = DAT_SERVICE_TYPE_RC;
@@ -107,7 +116,7 @@ DAT_RETURN get_evd(DAT_EVD_HANDLE h, const std::shared_ptr<Ia>& ia, DAT_EVD_FLAG
   out->reset();
   if (h == DAT_HANDLE_NULL) return DAT_SUCCESS;
   auto e = std::static_pointer_cast<Evd>(lookup(h, Kind::evd));
-  if (!e || e->ia != ia || !(e->flags & need)) return err(DAT_INVALID_HANDLE, sub);
+  if (!e || (ia && e->ia != ia) || !(e->flags & need)) return err(DAT_INVALID_HANDLE, sub);
   *out = e;
   return DAT_SUCCESS;
 }
@@ -126,7 +135,10 @@ DAT_RETURN create_ep(DAT_IA_HANDLE iah, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE recv, 
   }
   if (auto rc = get_evd(recv, ia, DAT_EVD_DTO_FLAG, DAT_INVALID_HANDLE_EVD_RECV, &ep->recv_evd); rc) return rc;
   if (auto rc = get_evd(req, ia, DAT_EVD_DTO_FLAG, DAT_INVALID_HANDLE_EVD_REQUEST, &ep->request_evd); rc) return rc;
-  if (auto rc = get_evd(conn, ia, DAT_EVD_CONNECTION_FLAG, DAT_INVALID_HANDLE_EVD_CONN, &ep->connect_evd); rc)
+  // A connection EVD may belong to another IA of this process (compat-dapl
+  // accepts that, and dapltest's limit test does it): connection events are
+  // taken from the EP by this layer, whatever IA the EVD has.
+  if (auto rc = get_evd(conn, nullptr, DAT_EVD_CONNECTION_FLAG, DAT_INVALID_HANDLE_EVD_CONN, &ep->connect_evd); rc)
     return rc;
   if (with_srq) {
     ep->srq = std::static_pointer_cast<Srq>(lookup(srqh, Kind::srq));
@@ -174,21 +186,27 @@ DAT_RETURN post(DAT_EP_HANDLE h, Op op, DAT_COUNT n, const DAT_LMR_TRIPLET* iov,
       return err(DAT_INVALID_STATE, st == DAT_EP_STATE_UNCONNECTED ? DAT_INVALID_STATE_EP_UNCONNECTED : 0);
     if (!ep->request_evd) return err(DAT_INVALID_STATE, 0);
   }
-  const DAT_MEM_PRIV_FLAGS need =
-      (op == Op::write || op == Op::send) ? DAT_MEM_PRIV_LOCAL_READ_FLAG : DAT_MEM_PRIV_LOCAL_WRITE_FLAG;
+  // Sources of sends and RDMA writes need no privilege (InfiniBand has no
+  // local-read bit and DAT 1.2 providers never refused one; every LMR is
+  // registered readable); receive and RDMA-read destinations need local write.
+  const bool source = op == Op::write || op == Op::send;
   remora::Segment segs[kMaxIov];
   DAT_VLEN total = 0;
+  DAT_COUNT kept = 0;  // segments after dropping the zero-length ones
   for (DAT_COUNT i = 0; i < n; ++i) {
+    // A zero-length segment carries nothing: its context and address are
+    // ignored, as the DAT 1.2 specification says.
+    if (iov[i].segment_length == 0) continue;
     auto l = lmr_by_context(iov[i].lmr_context);
     if (!l || l->ia != ep->ia) return err(DAT_PRIVILEGES_VIOLATION, 0);
     if (l->pz != ep->pz) return err(DAT_PROTECTION_VIOLATION, 0);
     if (!l->contains(iov[i].virtual_address, iov[i].segment_length)) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
-    if (!(l->priv & need)) return err(DAT_PRIVILEGES_VIOLATION, 0);
-    segs[i] = remora::Segment::at(l->mr, reinterpret_cast<const void*>(iov[i].virtual_address),
-                                  iov[i].segment_length);
+    if (!source && !(l->priv & DAT_MEM_PRIV_LOCAL_WRITE_FLAG)) return err(DAT_PRIVILEGES_VIOLATION, 0);
+    segs[kept++] = remora::Segment::at(l->mr, reinterpret_cast<const void*>(iov[i].virtual_address),
+                                       iov[i].segment_length);
     total += iov[i].segment_length;
   }
-  DAT_COUNT used = n;
+  DAT_COUNT used = kept;
   if (op == Op::send && ep->attr.max_message_size && total > ep->attr.max_message_size)
     return err(DAT_LENGTH_ERROR, 0);
   if (rdma && ep->attr.max_rdma_size && std::min<DAT_VLEN>(total, rmr->segment_length) > ep->attr.max_rdma_size)
@@ -199,7 +217,7 @@ DAT_RETURN post(DAT_EP_HANDLE h, Op op, DAT_COUNT n, const DAT_LMR_TRIPLET* iov,
     if (total < rmr->segment_length) return err(DAT_LENGTH_ERROR, 0);
     DAT_VLEN left = rmr->segment_length;
     used = 0;
-    for (DAT_COUNT i = 0; i < n && left > 0; ++i, ++used) {
+    for (DAT_COUNT i = 0; i < kept && left > 0; ++i, ++used) {
       if (segs[i].length > left) segs[i].length = left;
       left -= segs[i].length;
     }
@@ -244,7 +262,8 @@ bool modifiable(const Ep& ep) {
 
 DAT_RETURN start_connect(const std::shared_ptr<Ep>& ep, const sockaddr_in& to, DAT_CONN_QUAL qual,
                          DAT_TIMEOUT timeout, DAT_COUNT psize, const void* pdata) {
-  if (qual == 0 || qual > 65535) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
+  if (qual == 0) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
+  const std::uint16_t port = qual_port(qual);
   if (psize < 0 || static_cast<std::size_t>(psize) > remora::kMaxPrivateData || (psize > 0 && !pdata))
     return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG5);
   if (!ep->connect_evd) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_CONN);
@@ -252,13 +271,13 @@ DAT_RETURN start_connect(const std::shared_ptr<Ep>& ep, const sockaddr_in& to, D
     return err(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY);
   char host[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, &to.sin_addr, host, sizeof host);
-  auto r = ep->rep.connect(host, static_cast<std::uint16_t>(qual),
+  auto r = ep->rep.connect(host, port,
                            std::span<const std::uint8_t>(static_cast<const std::uint8_t*>(pdata),
                                                          static_cast<std::size_t>(psize)));
   if (!r) return from_errc(r.error(), DAT_INVALID_HANDLE_EP);
   ep->role = Role::active;
   ep->remote = to;
-  ep->remote.sin_port = htons(static_cast<std::uint16_t>(qual));
+  ep->remote.sin_port = htons(port);
   ep->remote_known = true;
   ep->remote_qual = qual;
   ep->has_deadline = timeout != DAT_TIMEOUT_INFINITE;
@@ -274,25 +293,43 @@ DAT_RETURN create_sp(DAT_IA_HANDLE iah, DAT_CONN_QUAL qual, bool any, DAT_EVD_HA
   if (!e || e->ia != ia || !(e->flags & DAT_EVD_CR_FLAG)) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_CR);
   if (flags != DAT_PSP_CONSUMER_FLAG && flags != DAT_PSP_PROVIDER_FLAG)
     return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4);
-  // ep_creator is DAT_PSP_CREATES_EP_NEVER.
-  if (flags == DAT_PSP_PROVIDER_FLAG) return err(DAT_MODEL_NOT_SUPPORTED, 0);
-  if (!any && (qual == 0 || qual > 65535)) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
+  if (!any && qual == 0) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
   char host[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, &ia->addr.sin_addr, host, sizeof host);
-  auto l = ia->cm_zone.listen(host, any ? 0 : static_cast<std::uint16_t>(qual));
+  auto l = ia->cm_zone.listen(host, any ? 0 : qual_port(qual));
   if (!l) return from_errc(l.error());
   auto sp = std::make_shared<Sp>(kind);
   sp->ia = ia;
   sp->evd = e;
   sp->flags = flags;
   sp->listener = std::move(*l);
-  sp->conn_qual = sp->listener.port();
+  // The qualifier asked for (reported by queries and CR events), or the port
+  // the transport chose for dat_psp_create_any.
+  sp->conn_qual = any ? sp->listener.port() : qual;
   e->refs++;
   e->sps.push_back(sp);
   *out = sp;
   return DAT_SUCCESS;
 }
 
+}  // namespace
+
+std::shared_ptr<Ep> make_provider_ep(const std::shared_ptr<Ia>& ia) {
+  auto ep = std::make_shared<Ep>();
+  ep->ia = ia;
+  ep->attr = default_attr();
+  ep->tentative = true;
+  add_handle(ep);
+  return ep;
+}
+
+namespace {
+/// Free the EP the provider made for a request the consumer did not accept
+/// on it (unless the consumer freed it already).
+void drop_provider_ep(Cr& cr) {
+  if (cr.provider_ep && lookup(cr.provider_ep.get(), Kind::ep)) destroy(cr.provider_ep);
+  cr.provider_ep.reset();
+}
 }  // namespace
 
 void destroy(const std::shared_ptr<Obj>& o) {
@@ -407,7 +444,7 @@ DAT_RETURN dat_ep_modify(DAT_EP_HANDLE h, DAT_EP_PARAM_MASK mask, const DAT_EP_P
     if (auto rc = get_evd(p->request_evd_handle, ep->ia, DAT_EVD_DTO_FLAG, DAT_INVALID_HANDLE_EVD_REQUEST, &req); rc)
       return rc;
   if (mask & DAT_EP_FIELD_CONNECT_EVD_HANDLE)
-    if (auto rc = get_evd(p->connect_evd_handle, ep->ia, DAT_EVD_CONNECTION_FLAG, DAT_INVALID_HANDLE_EVD_CONN, &con);
+    if (auto rc = get_evd(p->connect_evd_handle, nullptr, DAT_EVD_CONNECTION_FLAG, DAT_INVALID_HANDLE_EVD_CONN, &con);
         rc)
       return rc;
   DAT_EP_ATTR a = ep->attr;
@@ -464,8 +501,9 @@ DAT_RETURN dat_ep_dup_connect(DAT_EP_HANDLE h, DAT_EP_HANDLE duph, DAT_TIMEOUT t
   if (!dup) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP);
   if ((static_cast<DAT_UINT32>(qos) & ~0x0Fu) != 0) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG6);
   if (ep_state(*dup) != DAT_EP_STATE_CONNECTED) return err(DAT_INVALID_STATE, 0);
-  // The remote address is known for connections this process initiated.
-  if (!dup->remote_known) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
+  // The peer's listening port is known for connections this process
+  // initiated (a passive EP knows the peer's source port only).
+  if (!dup->remote_known || dup->role != Role::active) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
   return start_connect(ep, dup->remote, dup->remote_qual, timeout, psize, pdata);
 }
 
@@ -672,7 +710,7 @@ DAT_RETURN dat_cr_query(DAT_CR_HANDLE h, DAT_CR_PARAM_MASK, DAT_CR_PARAM* p) {
   p->remote_port_qual = ntohs(cr->remote.sin_port);
   p->private_data_size = static_cast<DAT_COUNT>(cr->pdata.size());
   p->private_data = cr->pdata.empty() ? nullptr : cr->pdata.data();
-  p->local_ep_handle = cr->sp && cr->sp->kind == Kind::rsp ? cr->sp->ep.get() : nullptr;
+  p->local_ep_handle = cr->sp && cr->sp->kind == Kind::rsp ? cr->sp->ep.get() : cr->provider_ep.get();
   return DAT_SUCCESS;
 }
 
@@ -682,22 +720,33 @@ DAT_RETURN dat_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT psize, co
   if (!cr) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CR);
   const bool rsp = cr->sp && cr->sp->kind == Kind::rsp;
   if (eph == DAT_HANDLE_NULL && rsp) eph = cr->sp->ep.get();
+  if (eph == DAT_HANDLE_NULL && cr->provider_ep) eph = cr->provider_ep.get();
   auto ep = std::static_pointer_cast<Ep>(lookup(eph, Kind::ep));
   if (!ep || ep->ia != cr->ia) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP);
   if (rsp && ep != cr->sp->ep) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
   if (psize < 0 || static_cast<std::size_t>(psize) > remora::kMaxPrivateData || (psize > 0 && !pdata))
     return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
   const DAT_EP_STATE st = ep_state(*ep);
-  const bool ok = st == DAT_EP_STATE_UNCONNECTED || (rsp && (st == DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING ||
+  const bool own = rsp || (cr->provider_ep && ep == cr->provider_ep);  // the SP's EP
+  const bool ok = st == DAT_EP_STATE_UNCONNECTED || (own && (st == DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING ||
                                                              st == DAT_EP_STATE_RESERVED));
   if (!ok || !ep->connect_evd) return err(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY);
   auto r = cr->req.accept_any_zone(ep->rep, std::span<const std::uint8_t>(static_cast<const std::uint8_t*>(pdata),
                                                                            static_cast<std::size_t>(psize)));
   if (!r) return from_errc(r.error(), DAT_INVALID_HANDLE_CR);
   ep->role = Role::passive;
+  // dat_ep_query reports the peer as dat_cr_query does: its address and
+  // (ephemeral) source port.
+  ep->remote = cr->remote;
+  ep->remote_known = true;
+  ep->remote_qual = ntohs(cr->remote.sin_port);
   ep->reserved = false;
   ep->tentative = false;
   if (rsp) cr->sp->ep.reset();
+  if (cr->provider_ep == ep)
+    cr->provider_ep.reset();
+  else
+    drop_provider_ep(*cr);
   cr->req = remora::ConnectionRequest();
   destroy(cr);
   return DAT_SUCCESS;
@@ -710,6 +759,7 @@ DAT_RETURN dat_cr_reject(DAT_CR_HANDLE h) {
   if (cr->req.valid()) (void)cr->req.reject();
   cr->req = remora::ConnectionRequest();
   if (cr->sp && cr->sp->kind == Kind::rsp && cr->sp->ep) cr->sp->ep->tentative = false;
+  drop_provider_ep(*cr);
   destroy(cr);
   return DAT_SUCCESS;
 }
@@ -731,7 +781,9 @@ DAT_RETURN dat_cr_handoff(DAT_CR_HANDLE h, DAT_CONN_QUAL qual) {
   moved->pdata = cr->pdata;
   moved->remote = cr->remote;
   moved->req = std::move(cr->req);
+  if (target->flags == DAT_PSP_PROVIDER_FLAG) moved->provider_ep = make_provider_ep(target->ia);
   cr->req = remora::ConnectionRequest();
+  drop_provider_ep(*cr);
   destroy(cr);
   add_handle(moved);
   DAT_EVENT ev{};
@@ -740,7 +792,10 @@ DAT_RETURN dat_cr_handoff(DAT_CR_HANDLE h, DAT_CONN_QUAL qual) {
   auto& d = ev.event_data.cr_arrival_event_data;
   d.local_ia_address_ptr = reinterpret_cast<DAT_IA_ADDRESS_PTR>(&target->ia->addr);
   d.conn_qual = target->conn_qual;
-  d.sp_handle = target.get();
+  if (target->kind == Kind::rsp)
+    d.sp_handle.rsp_handle = target.get();
+  else
+    d.sp_handle.psp_handle = target.get();
   d.cr_handle = moved.get();
   push_event(*target->evd, ev, true);
   return DAT_SUCCESS;

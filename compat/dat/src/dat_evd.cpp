@@ -30,7 +30,9 @@ void push_event(Evd& e, const DAT_EVENT& ev, bool notify) {
 
 DAT_EP_STATE ep_state(const Ep& ep) {
   if (!ep.pz || !ep.rep.valid())
-    return ep.reserved ? DAT_EP_STATE_UNCONFIGURED_RESERVED : DAT_EP_STATE_UNCONFIGURED_UNCONNECTED;
+    return ep.tentative  ? DAT_EP_STATE_UNCONFIGURED_TENTATIVE
+           : ep.reserved ? DAT_EP_STATE_UNCONFIGURED_RESERVED
+                         : DAT_EP_STATE_UNCONFIGURED_UNCONNECTED;
   switch (ep.rep.state()) {
     case remora::EndpointState::unconnected:
       return ep.tentative ? DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING
@@ -141,6 +143,7 @@ void pull_requests(Evd& e, const std::shared_ptr<Sp>& sp) {
     if (auto host = r->peer_host(); !host.empty()) inet_pton(AF_INET, host.c_str(), &cr->remote.sin_addr);
     cr->remote.sin_port = htons(r->peer_port());
     cr->req = std::move(*r);
+    if (sp->kind == Kind::psp && sp->flags == DAT_PSP_PROVIDER_FLAG) cr->provider_ep = make_provider_ep(sp->ia);
     add_handle(cr);
     if (sp->kind == Kind::rsp) {
       sp->used = true;
@@ -152,7 +155,10 @@ void pull_requests(Evd& e, const std::shared_ptr<Sp>& sp) {
     auto& d = ev.event_data.cr_arrival_event_data;
     d.local_ia_address_ptr = reinterpret_cast<DAT_IA_ADDRESS_PTR>(&sp->ia->addr);
     d.conn_qual = sp->conn_qual;
-    d.sp_handle = sp.get();
+    if (sp->kind == Kind::rsp)
+      d.sp_handle.rsp_handle = sp.get();
+    else
+      d.sp_handle.psp_handle = sp.get();
     d.cr_handle = cr.get();
     e.queue.push_back({ev, true});
   }
@@ -246,9 +252,9 @@ DAT_RETURN dat_evd_query(DAT_EVD_HANDLE h, DAT_EVD_PARAM_MASK, DAT_EVD_PARAM* p)
   if (!p) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
   p->ia_handle = e->ia.get();
   p->evd_qlen = e->qlen;
-  p->evd_state = !e->waitable ? DAT_EVD_STATE_UNWAITABLE
-                 : e->enabled ? DAT_EVD_STATE_ENABLED
-                              : DAT_EVD_STATE_DISABLED;
+  // One bit of each group: enabled/disabled | waitable/unwaitable.
+  p->evd_state = static_cast<DAT_EVD_STATE>((e->enabled ? DAT_EVD_STATE_ENABLED : DAT_EVD_STATE_DISABLED) |
+                                            (e->waitable ? DAT_EVD_STATE_WAITABLE : DAT_EVD_STATE_UNWAITABLE));
   p->cno_handle = e->cno.get();
   p->evd_flags = e->flags;
   return DAT_SUCCESS;

@@ -284,6 +284,7 @@ struct Cr : Obj {
   remora::ConnectionRequest req;
   std::vector<std::uint8_t> pdata;
   sockaddr_in remote{};
+  std::shared_ptr<Ep> provider_ep;  // made for a DAT_PSP_PROVIDER_FLAG PSP
 };
 
 }  // namespace remora_dat

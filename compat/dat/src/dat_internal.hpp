@@ -42,5 +42,8 @@ void push_event(Evd& e, const DAT_EVENT& ev, bool notify = true);
 DAT_EP_STATE ep_state(const Ep& ep);
 void collect(Evd& e);
 void destroy_memory(const std::shared_ptr<Obj>& o);
+/// The EP a DAT_PSP_PROVIDER_FLAG PSP creates for a connection request:
+/// unconfigured (no PZ, no EVDs; dat_ep_modify configures it), tentative.
+std::shared_ptr<Ep> make_provider_ep(const std::shared_ptr<Ia>& ia);
 
 }  // namespace remora_dat

@@ -1,6 +1,7 @@
 // compat/dat/src/dat_mem.cpp - LMR (create/query/free/sync) and RMR.
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -115,6 +116,25 @@ DAT_RETURN claim_cookie(const char* cookie, const SharedId& id) {
 
 constexpr DAT_UINT32 kPrivMask = DAT_MEM_PRIV_ALL_FLAG;
 
+/// Is [addr, addr+len) a range of this process's address space that does not
+/// wrap around its end and is mapped page by page? (mincore fails with ENOMEM
+/// on a range holding an unmapped page.) Nothing is registered otherwise.
+bool mapped_range(std::uintptr_t addr, DAT_VLEN len) {
+  if (len == 0 || len > UINTPTR_MAX - addr) return false;  // wraps
+  static const std::uintptr_t page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  std::uintptr_t cur = addr & ~(page - 1);
+  const std::uintptr_t end = addr + static_cast<std::uintptr_t>(len);
+  constexpr std::size_t kChunkPages = 4096;
+  static thread_local unsigned char vec[kChunkPages];
+  while (cur < end) {
+    const std::uintptr_t left = (end - cur + page - 1) / page;
+    const std::size_t pages = left < kChunkPages ? static_cast<std::size_t>(left) : kChunkPages;
+    if (::mincore(reinterpret_cast<void*>(cur), pages * page, vec) != 0) return false;
+    cur += pages * page;
+  }
+  return true;
+}
+
 }  // namespace
 }  // namespace remora_dat
 
@@ -144,7 +164,12 @@ DAT_RETURN dat_lmr_create(DAT_IA_HANDLE iah, DAT_MEM_TYPE type, DAT_REGION_DESCR
   switch (type) {
     case DAT_MEM_TYPE_VIRTUAL:
     case DAT_MEM_TYPE_SO_VIRTUAL:
-      if (region.for_va == nullptr || length == 0) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
+      // A zero length is a length error whatever the address (dapltest's
+      // memory tests check this of every provider).
+      if (length == 0) return err(DAT_LENGTH_ERROR, DAT_NO_SUBTYPE);
+      if (region.for_va == nullptr) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
+      if (!mapped_range(reinterpret_cast<std::uintptr_t>(region.for_va), length))
+        return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
       addr = region.for_va;
       len = length;
       // Without the RO_AWARE_ prefix, VIRTUAL means strong ordering.
@@ -162,14 +187,17 @@ DAT_RETURN dat_lmr_create(DAT_IA_HANDLE iah, DAT_MEM_TYPE type, DAT_REGION_DESCR
     }
     case DAT_MEM_TYPE_SHARED_VIRTUAL: {
       const auto& sm = region.for_shared_memory;
-      if (sm.virtual_address == nullptr || sm.shared_memory_id == nullptr || length == 0)
+      if (length == 0) return err(DAT_LENGTH_ERROR, DAT_NO_SUBTYPE);
+      if (sm.virtual_address == nullptr || sm.shared_memory_id == nullptr)
+        return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
+      if (!mapped_range(reinterpret_cast<std::uintptr_t>(sm.virtual_address), length))
         return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
       SharedId id;
       if (!shared_mapping(reinterpret_cast<std::uintptr_t>(sm.virtual_address), length, &id))
         return err(DAT_INVALID_STATE, 0);
-      if (auto rc = claim_cookie(sm.shared_memory_id, id); rc != DAT_SUCCESS) return rc;
-      std::memcpy(l->cookie.data(), sm.shared_memory_id, DAT_LMR_COOKIE_SIZE);
-      l->region.for_shared_memory.shared_memory_id = l->cookie.data();
+      if (auto rc = claim_cookie(*sm.shared_memory_id, id); rc != DAT_SUCCESS) return rc;
+      std::memcpy(l->cookie.data(), *sm.shared_memory_id, DAT_LMR_COOKIE_SIZE);
+      l->region.for_shared_memory.shared_memory_id = reinterpret_cast<DAT_LMR_COOKIE>(l->cookie.data());
       addr = sm.virtual_address;
       len = length;
       l->mem_type = DAT_MEM_TYPE_SHARED_VIRTUAL;
@@ -180,10 +208,10 @@ DAT_RETURN dat_lmr_create(DAT_IA_HANDLE iah, DAT_MEM_TYPE type, DAT_REGION_DESCR
       return err(DAT_MODEL_NOT_SUPPORTED, 0);
   }
   if (count_lmrs(ia.get()) >= max_lmrs()) return err(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY_REGION);
-  remora::Access acc = to_access(priv);
-  // Remora needs at least one privilege; the DAT layer enforces local
-  // privileges itself before anything reaches the core.
-  if (acc == remora::Access::none) acc = remora::Access::local_read;
+  // Local read is implicit, as on InfiniBand (which has no local-read bit):
+  // any LMR may be the source of a send or an RDMA write. The DAT layer
+  // checks local write itself before anything reaches the core.
+  remora::Access acc = to_access(priv) | remora::Access::local_read;
   auto mr = pz->zone.register_memory(addr, len, acc);
   if (!mr) return from_errc(mr.error(), DAT_INVALID_HANDLE_LMR);
   l->mr = std::move(*mr);
@@ -236,6 +264,7 @@ static DAT_RETURN lmr_sync(DAT_IA_HANDLE iah, const DAT_LMR_TRIPLET* segs, DAT_V
   if (!ia) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_IA);
   if (n > 0 && segs == nullptr) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
   for (DAT_VLEN i = 0; i < n; ++i) {
+    if (segs[i].segment_length == 0) continue;  // context and address are ignored
     auto l = lmr_by_context(segs[i].lmr_context);
     if (!l || l->ia != ia) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
     if (!l->contains(segs[i].virtual_address, segs[i].segment_length))

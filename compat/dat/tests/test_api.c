@@ -188,7 +188,7 @@ int main(void) {
         OK(dat_evd_resize(evd, 8));
         OK(dat_evd_post_se(evd, &ev));
         OK(dat_evd_query(evd, DAT_EVD_FIELD_ALL, &ep));
-        CHECK(ep.evd_qlen == 8 && ep.ia_handle == ia && ep.evd_state == DAT_EVD_STATE_ENABLED);
+        CHECK(ep.evd_qlen == 8 && ep.ia_handle == ia && ep.evd_state == (DAT_EVD_STATE_ENABLED | DAT_EVD_STATE_WAITABLE));
         for (n = 0; n < 5; ++n) OK(dat_evd_dequeue(evd, &ev));
         ev.event_number = DAT_DTO_COMPLETION_EVENT;
         EXPECT(dat_evd_post_se(evd, &ev), DAT_INVALID_PARAMETER);
@@ -206,7 +206,7 @@ int main(void) {
         EXPECT(dat_evd_wait(evd, 1000, 1, &ev, &nmore), DAT_TIMEOUT_EXPIRED);
         OK(dat_evd_disable(evd));
         OK(dat_evd_query(evd, DAT_EVD_FIELD_ALL, &ep));
-        CHECK(ep.evd_state == DAT_EVD_STATE_DISABLED);
+        CHECK(ep.evd_state == (DAT_EVD_STATE_DISABLED | DAT_EVD_STATE_WAITABLE));
         OK(dat_evd_enable(evd));
     }
 
@@ -246,7 +246,7 @@ int main(void) {
                           DAT_CONNECT_DEFAULT_FLAG));
         CHECK(ep_state_of(p.cep) == DAT_EP_STATE_ACTIVE_CONNECTION_PENDING);
         ev = wait_event(p.s_cr, DAT_CONNECTION_REQUEST_EVENT);
-        CHECK(ev.event_data.cr_arrival_event_data.sp_handle == p.psp);
+        CHECK(ev.event_data.cr_arrival_event_data.sp_handle.psp_handle == p.psp);
         CHECK(ev.event_data.cr_arrival_event_data.conn_qual == p.port);
         OK(dat_cr_query(ev.event_data.cr_arrival_event_data.cr_handle, DAT_CR_FIELD_ALL, &crp));
         CHECK(crp.private_data_size == (DAT_COUNT)sizeof hello && memcmp(crp.private_data, hello, sizeof hello) == 0);
@@ -415,7 +415,7 @@ int main(void) {
         EXPECT(dat_cr_handoff(ev.event_data.cr_arrival_event_data.cr_handle, 1), DAT_INVALID_PARAMETER);
         OK(dat_cr_handoff(ev.event_data.cr_arrival_event_data.cr_handle, q3));
         ev = wait_event(cr_evd, DAT_CONNECTION_REQUEST_EVENT);
-        CHECK(ev.event_data.cr_arrival_event_data.sp_handle == psp3);
+        CHECK(ev.event_data.cr_arrival_event_data.sp_handle.psp_handle == psp3);
         {
             DAT_EP_HANDLE s2;
             DAT_CR_PARAM crp;
@@ -546,7 +546,7 @@ int main(void) {
         OK(dat_ep_create(ia, p.cpz, p.c_rcv, p.c_req, p.c_conn, NULL, &c5));
         OK(dat_ep_connect(c5, (DAT_IA_ADDRESS_PTR)&sa, q, 5 * SEC, 0, NULL, 0, 0));
         ev = wait_event(cr_evd, DAT_CONNECTION_REQUEST_EVENT);
-        CHECK(ev.event_data.cr_arrival_event_data.sp_handle == rsp);
+        CHECK(ev.event_data.cr_arrival_event_data.sp_handle.rsp_handle == rsp);
         CHECK(ep_state_of(rep) == DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING);
         OK(dat_cr_query(ev.event_data.cr_arrival_event_data.cr_handle, DAT_CR_FIELD_ALL, &crp));
         CHECK(crp.local_ep_handle == rep);

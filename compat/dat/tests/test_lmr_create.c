@@ -43,7 +43,7 @@ static DAT_RETURN shared_lmr(DAT_IA_HANDLE ia, DAT_PZ_HANDLE pz, void *p, char *
     DAT_VLEN sz;
     DAT_VADDR va;
     r.for_shared_memory.virtual_address = p;
-    r.for_shared_memory.shared_memory_id = cookie;
+    r.for_shared_memory.shared_memory_id = (DAT_LMR_COOKIE)cookie; /* cookie holds DAT_LMR_COOKIE_SIZE bytes */
     return dat_lmr_create(ia, DAT_MEM_TYPE_SHARED_VIRTUAL, r, SHM_LEN, pz, DAT_MEM_PRIV_ALL_FLAG, h, &lc, &rc, &sz,
                           &va);
 }
@@ -230,7 +230,7 @@ int main(int argc, char **argv) {
         OK(shared_lmr(ia, pz, a, ca, &ha));
         OK(dat_lmr_query(ha, DAT_LMR_FIELD_ALL, &q));
         CHECK(q.mem_type == DAT_MEM_TYPE_SHARED_VIRTUAL);
-        CHECK(memcmp(q.region_desc.for_shared_memory.shared_memory_id, ca, DAT_LMR_COOKIE_SIZE) == 0);
+        CHECK(memcmp(q.region_desc.for_shared_memory.shared_memory_id[0], ca, DAT_LMR_COOKIE_SIZE) == 0);
         /* Same cookie on another object in this process: refused. */
         EXPECT(shared_lmr(ia, pz, b, ca, &hb), DAT_INVALID_PARAMETER);
         /* Another process maps both objects elsewhere and registers them. */
@@ -248,7 +248,12 @@ int main(int argc, char **argv) {
         priv = mmap(NULL, SHM_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         CHECK(priv != MAP_FAILED);
         EXPECT(shared_lmr(ia, pz, priv, cb, &hb), DAT_INVALID_STATE);
-        EXPECT(shared_lmr(ia, pz, buf, cb, &hb), DAT_INVALID_STATE);
+        {
+            char *heap = malloc(SHM_LEN); /* private heap memory, mapped */
+            CHECK(heap != NULL);
+            EXPECT(shared_lmr(ia, pz, heap, cb, &hb), DAT_INVALID_STATE);
+            free(heap);
+        }
         munmap(priv, SHM_LEN);
         munmap(a, SHM_LEN);
         munmap(b, SHM_LEN);
@@ -260,13 +265,20 @@ int main(int argc, char **argv) {
         EXPECT(shared_lmr(ia, pz, buf, NULL, &hb), DAT_INVALID_PARAMETER);
     }
 
+    STEP("DAT_LENGTH_ERROR: zero length, with or without an address");
+    EXPECT(dat_lmr_create(ia, DAT_MEM_TYPE_VIRTUAL, r, 0, pz, DAT_MEM_PRIV_ALL_FLAG, &h, &lc, &rc, &sz, &va),
+           DAT_LENGTH_ERROR);
+    {
+        DAT_REGION_DESCRIPTION nr;
+        nr.for_va = NULL;
+        EXPECT(dat_lmr_create(ia, DAT_MEM_TYPE_VIRTUAL, nr, 0, pz, DAT_MEM_PRIV_ALL_FLAG, &h, &lc, &rc, &sz, &va),
+               DAT_LENGTH_ERROR);
+    }
     STEP("DAT_INVALID_PARAMETER");
     r.for_va = NULL;
     EXPECT(dat_lmr_create(ia, DAT_MEM_TYPE_VIRTUAL, r, 100, pz, DAT_MEM_PRIV_ALL_FLAG, &h, &lc, &rc, &sz, &va),
            DAT_INVALID_PARAMETER);
     r.for_va = buf;
-    EXPECT(dat_lmr_create(ia, DAT_MEM_TYPE_VIRTUAL, r, 0, pz, DAT_MEM_PRIV_ALL_FLAG, &h, &lc, &rc, &sz, &va),
-           DAT_INVALID_PARAMETER);
     EXPECT(dat_lmr_create(ia, DAT_MEM_TYPE_VIRTUAL, r, 100, pz, (DAT_MEM_PRIV_FLAGS)0x44, &h, &lc, &rc, &sz, &va),
            DAT_INVALID_PARAMETER);
     EXPECT(dat_lmr_create(ia, DAT_MEM_TYPE_VIRTUAL, r, 100, pz, DAT_MEM_PRIV_ALL_FLAG, NULL, &lc, &rc, &sz, &va),

@@ -1,4 +1,9 @@
-/* dat/dat_error.h - DAT 1.2 return codes: class | type | subtype.
+/* dat/dat_error.h - DAT 1.2 return codes.
+ *
+ * A DAT_RETURN is class | type | subtype: bits 31-30 the class (error,
+ * warning), bits 29-16 the type (DAT_RETURN_TYPE), bits 15-0 the subtype
+ * (DAT_RETURN_SUBTYPE). The numbers are those of the DAT 1.2 ABI (OFED
+ * compat-dapl 1.2); compat/dat/tests/test_abi.c checks every one of them.
  * Part of Remora's uDAPL 1.2 compatibility layer (written for Remora). */
 #ifndef REMORA_DAT_ERROR_H
 #define REMORA_DAT_ERROR_H
@@ -9,14 +14,24 @@
 extern "C" {
 #endif
 
-/* Bits 31-30: class; bits 29-16: type; bits 15-0: subtype. */
-#define DAT_CLASS_MASK   0xC0000000u
-#define DAT_TYPE_MASK    0x3FFF0000u
-#define DAT_SUBTYPE_MASK 0x0000FFFFu
+/* Class bits */
+#define DAT_CLASS_ERROR   0x80000000
+#define DAT_CLASS_WARNING 0x40000000
+#define DAT_CLASS_SUCCESS 0x00000000
+/* Field masks */
+#define DAT_TYPE_MASK    0x3fff0000
+#define DAT_SUBTYPE_MASK 0x0000FFFF
 
-#define DAT_CLASS_ERROR   0x80000000u
-#define DAT_CLASS_SUCCESS 0x00000000u
+#define DAT_IS_WARNING(status)  ((DAT_UINT32)(status) & DAT_CLASS_WARNING)
+#define DAT_GET_TYPE(status)    ((DAT_UINT32)(status) & DAT_TYPE_MASK)
+#define DAT_GET_SUBTYPE(status) ((DAT_UINT32)(status) & DAT_SUBTYPE_MASK)
 
+/* DAT_NOT_IMPLEMENTED does not fit an int: ISO C wants enumerators that do,
+ * GCC and Clang widen the enum (to unsigned int, keeping 4 bytes) and accept
+ * it without a warning when marked __extension__. */
+#if defined(__GNUC__) && !defined(__cplusplus)
+__extension__
+#endif
 typedef enum dat_return_type {
     DAT_SUCCESS                     = 0x00000000,
     DAT_ABORT                       = 0x00010000,
@@ -38,13 +53,20 @@ typedef enum dat_return_type {
     DAT_PROVIDER_IN_USE             = 0x00110000,
     DAT_INVALID_ADDRESS             = 0x00120000,
     DAT_INTERRUPTED_CALL            = 0x00130000,
-    DAT_NOT_IMPLEMENTED             = 0x0FFF0000
+    DAT_CONN_QUAL_UNAVAILABLE       = 0x00140000,
+    DAT_NOT_IMPLEMENTED             = 0xFFFF0000
 } DAT_RETURN_TYPE;
 
 typedef DAT_UINT32 DAT_RETURN;
 
-/* Subtypes, numbered in one sequence as in the DAT 1.2 headers. */
+/* The DAT 1.0 name of DAT_PROVIDER_NOT_FOUND. */
+#define DAT_NAME_NOT_FOUND DAT_PROVIDER_NOT_FOUND
+
+/* Subtypes: one sequence shared by all types, starting at 0 (no subtype). */
 typedef enum dat_return_subtype {
+    DAT_NO_SUBTYPE,
+    /* DAT_ABORT */
+    DAT_SUB_INTERRUPTED,
     /* DAT_INSUFFICIENT_RESOURCES */
     DAT_RESOURCE_MEMORY,
     DAT_RESOURCE_DEVICE,
@@ -81,7 +103,7 @@ typedef enum dat_return_subtype {
     DAT_INVALID_HANDLE8,
     DAT_INVALID_HANDLE9,
     DAT_INVALID_HANDLE10,
-    /* DAT_INVALID_PARAMETER */
+    /* DAT_INVALID_PARAMETER: which argument */
     DAT_INVALID_ARG1,
     DAT_INVALID_ARG2,
     DAT_INVALID_ARG3,
@@ -92,7 +114,7 @@ typedef enum dat_return_subtype {
     DAT_INVALID_ARG8,
     DAT_INVALID_ARG9,
     DAT_INVALID_ARG10,
-    /* DAT_INVALID_STATE */
+    /* DAT_INVALID_STATE: endpoint */
     DAT_INVALID_STATE_EP_UNCONNECTED,
     DAT_INVALID_STATE_EP_ACTCONNPENDING,
     DAT_INVALID_STATE_EP_PASSCONNPENDING,
@@ -104,6 +126,16 @@ typedef enum dat_return_subtype {
     DAT_INVALID_STATE_EP_DISCPENDING,
     DAT_INVALID_STATE_EP_PROVIDERCONTROL,
     DAT_INVALID_STATE_EP_NOTREADY,
+    DAT_INVALID_STATE_EP_RECV_WATERMARK,
+    DAT_INVALID_STATE_EP_PZ,
+    DAT_INVALID_STATE_EP_EVD_REQUEST,
+    DAT_INVALID_STATE_EP_EVD_RECV,
+    DAT_INVALID_STATE_EP_EVD_CONNECT,
+    DAT_INVALID_STATE_EP_UNCONFIGURED,
+    DAT_INVALID_STATE_EP_UNCONFRESERVED,
+    DAT_INVALID_STATE_EP_UNCONFPASSIVE,
+    DAT_INVALID_STATE_EP_UNCONFTENTATIVE,
+    /* DAT_INVALID_STATE: CNO, EVD, IA, LMR, PZ, SRQ */
     DAT_INVALID_STATE_CNO_IN_USE,
     DAT_INVALID_STATE_CNO_DEAD,
     DAT_INVALID_STATE_EVD_OPEN,
@@ -125,7 +157,6 @@ typedef enum dat_return_subtype {
     DAT_INVALID_STATE_SRQ_OPERATIONAL,
     DAT_INVALID_STATE_SRQ_ERROR,
     DAT_INVALID_STATE_SRQ_IN_USE,
-    /* DAT_LENGTH_ERROR, DAT_MODEL_NOT_SUPPORTED: none */
     /* DAT_PRIVILEGES_VIOLATION */
     DAT_PRIVILEGES_READ,
     DAT_PRIVILEGES_WRITE,
@@ -140,18 +171,19 @@ typedef enum dat_return_subtype {
     DAT_INVALID_ADDRESS_UNSUPPORTED,
     DAT_INVALID_ADDRESS_UNREACHABLE,
     DAT_INVALID_ADDRESS_MALFORMED,
-    /* DAT_INTERNAL_ERROR */
+    /* DAT_PROVIDER_NOT_FOUND */
     DAT_NAME_NOT_REGISTERED,
     DAT_MAJOR_NOT_FOUND,
     DAT_MINOR_NOT_FOUND,
     DAT_THREAD_SAFETY_NOT_FOUND
 } DAT_RETURN_SUBTYPE;
 
+/* Remora addition (DAT 1.2 providers define it privately, with this
+ * meaning): build an error return from a type and a subtype. */
+#ifndef DAT_ERROR
 #define DAT_ERROR(Type, SubType) \
     ((DAT_RETURN)(DAT_CLASS_ERROR | (DAT_UINT32)(Type) | (DAT_UINT32)(SubType)))
-#define DAT_GET_TYPE(status)    ((DAT_UINT32)(status) & DAT_TYPE_MASK)
-#define DAT_GET_SUBTYPE(status) ((DAT_UINT32)(status) & DAT_SUBTYPE_MASK)
-#define DAT_IS_SUCCESS(status)  ((DAT_UINT32)(status) == DAT_SUCCESS)
+#endif
 
 #ifdef __cplusplus
 }
