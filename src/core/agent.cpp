@@ -203,7 +203,10 @@ void Agent::run() {
     bool can_sleep = user_driven || zone_->domain->cm_try_wait();
     for (auto& ep : eps) {
       std::lock_guard<std::mutex> lock(ep->mu);
-      if (ep->conn && !ep->conn->try_wait()) can_sleep = false;
+      // An acknowledgement or reply the transport could not take yet is
+      // retried on the next turn rather than after a sleep.
+      if (ep->conn && (!ep->conn->try_wait() || ep->msgs_acked != ep->msgs_handled || !ep->pending_replies.empty()))
+        can_sleep = false;
     }
     eps.clear();  // never keep an endpoint alive while asleep
     if (!can_sleep) continue;

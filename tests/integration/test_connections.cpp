@@ -68,7 +68,10 @@ TEST(Connections, PrivateDataOfAtLeast200BytesBothWays) {
     auto ep = client.endpoint();
     ASSERT_TRUE(ep.ok());
     ASSERT_TRUE(ep->connect("127.0.0.1", peer->port(), pdata).ok());
-    EXPECT_NE(ep->state(), EndpointState::connected);  // not before the event
+    // The agent may already have handled the transport's event (loopback
+    // handshakes are fast): either state is right here.
+    const auto st = ep->state();
+    EXPECT_TRUE(st == EndpointState::connect_pending || st == EndpointState::connected) << to_string(st);
     ConnectionEvent ev;
     ASSERT_TRUE(expect_event(*ep, ConnectionEventType::established, 10s, &ev));
     EXPECT_EQ(ev.private_data, accept_reply(pdata));
