@@ -508,6 +508,7 @@ DAT_RETURN dat_ep_dup_connect(DAT_EP_HANDLE h, DAT_EP_HANDLE duph, DAT_TIMEOUT t
 }
 
 DAT_RETURN dat_ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags) {
+  AgentScope agents;  // may trigger a CNO
   Lock lock(g_mu);
   auto ep = std::static_pointer_cast<Ep>(lookup(h, Kind::ep));
   if (!ep) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP);
@@ -765,6 +766,7 @@ DAT_RETURN dat_cr_reject(DAT_CR_HANDLE h) {
 }
 
 DAT_RETURN dat_cr_handoff(DAT_CR_HANDLE h, DAT_CONN_QUAL qual) {
+  AgentScope agents;  // may trigger a CNO
   Lock lock(g_mu);
   auto cr = std::static_pointer_cast<Cr>(lookup(h, Kind::cr));
   if (!cr) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CR);

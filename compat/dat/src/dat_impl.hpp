@@ -104,11 +104,18 @@ struct Rmr : Obj {
   remora::MemoryRegion mr;
 };
 
+struct Evd;
+
+/// A CNO is untriggered or triggered; the first notification that reaches it
+/// while untriggered triggers it and names its EVD (later ones are dropped
+/// until dat_cno_wait takes the trigger), as in the DAT 1.2 reference.
 struct Cno : Obj {
   Cno() : Obj(Kind::cno) {}
   DAT_OS_WAIT_PROXY_AGENT agent{};
   int refs = 0;
   bool waiting = false;
+  bool triggered = false;
+  std::weak_ptr<Evd> trigger_evd;  // empty: triggered with no EVD (all detached)
 };
 
 struct Sp;
@@ -119,8 +126,10 @@ struct QueuedEvent {
 };
 
 struct Evd : Obj {
-  Evd() : Obj(Kind::evd) {}
+  Evd() : Obj(Kind::evd), seq(++created) {}
   ~Evd();
+  static inline std::uint64_t created = 0;  // under the DAT lock
+  std::uint64_t seq;  // creation order
   DAT_EVD_FLAGS flags = DAT_EVD_DEFAULT_FLAG;
   DAT_COUNT qlen = 0;
   std::shared_ptr<Cno> cno;

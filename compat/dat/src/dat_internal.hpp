@@ -41,6 +41,17 @@ void wake(Evd& e);
 void push_event(Evd& e, const DAT_EVENT& ev, bool notify = true);
 DAT_EP_STATE ep_state(const Ep& ep);
 void collect(Evd& e);
+
+/// Declared before the Lock in every API call that can move events into an
+/// EVD (and so trigger a CNO): when the outermost scope of the thread ends,
+/// after the lock is released, it calls the proxy agents of the CNOs
+/// triggered meanwhile.
+struct AgentScope {
+  AgentScope();
+  ~AgentScope();
+  AgentScope(const AgentScope&) = delete;
+  AgentScope& operator=(const AgentScope&) = delete;
+};
 void destroy_memory(const std::shared_ptr<Obj>& o);
 /// The EP a DAT_PSP_PROVIDER_FLAG PSP creates for a connection request:
 /// unconfigured (no PZ, no EVDs; dat_ep_modify configures it), tentative.

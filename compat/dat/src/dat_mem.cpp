@@ -327,6 +327,7 @@ static void rmr_unbind(Rmr& r) {
 
 DAT_RETURN dat_rmr_bind(DAT_RMR_HANDLE h, const DAT_LMR_TRIPLET* t, DAT_MEM_PRIV_FLAGS priv, DAT_EP_HANDLE eph,
                         DAT_RMR_COOKIE cookie, DAT_COMPLETION_FLAGS flags, DAT_RMR_CONTEXT* out) {
+  AgentScope agents;  // may trigger a CNO
   Lock lock(g_mu);
   auto r = std::static_pointer_cast<Rmr>(lookup(h, Kind::rmr));
   if (!r) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_RMR);

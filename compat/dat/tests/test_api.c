@@ -152,7 +152,15 @@ int main(void) {
         struct timespec t0, t1;
         long us;
         evd = mk_evd(ia, DAT_EVD_SOFTWARE_FLAG | DAT_EVD_DTO_FLAG, 4);
-        EXPECT(dat_evd_dequeue(evd, &ev), DAT_QUEUE_EMPTY);
+        /* an EVD with a completion queue (DTO here) reports the bare
+         * DAT_QUEUE_EMPTY, one without it the error class form, as
+         * compat-dapl 1.2 does */
+        CHECK(dat_evd_dequeue(evd, &ev) == DAT_QUEUE_EMPTY);
+        {
+            DAT_EVD_HANDLE sw = mk_evd(ia, DAT_EVD_SOFTWARE_FLAG, 2);
+            CHECK(dat_evd_dequeue(sw, &ev) == DAT_ERROR(DAT_QUEUE_EMPTY, 0));
+            OK(dat_evd_free(sw));
+        }
         clock_gettime(CLOCK_MONOTONIC, &t0);
         EXPECT(dat_evd_wait(evd, 150000, 1, &ev, &nmore), DAT_TIMEOUT_EXPIRED);
         clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -217,7 +225,9 @@ int main(void) {
         DAT_CNO_PARAM cp;
         OK(dat_cno_create(ia, DAT_OS_WAIT_PROXY_AGENT_NULL, &cno));
         OK(dat_evd_modify_cno(evd, cno));
-        EXPECT(dat_cno_wait(cno, 50000, &got), DAT_TIMEOUT_EXPIRED);
+        got = evd;
+        /* timeout: DAT_QUEUE_EMPTY (DAT 1.2; bare, as compat-dapl), NULL EVD */
+        CHECK(dat_cno_wait(cno, 50000, &got) == DAT_QUEUE_EMPTY && got == DAT_HANDLE_NULL);
         memset(&ev, 0, sizeof ev);
         ev.event_number = DAT_SOFTWARE_EVENT;
         OK(dat_evd_post_se(evd, &ev));
@@ -228,6 +238,73 @@ int main(void) {
         CHECK(cp.ia_handle == ia);
         EXPECT(dat_cno_free(cno), DAT_INVALID_STATE); /* still attached */
         OK(dat_evd_modify_cno(evd, DAT_HANDLE_NULL));
+        OK(dat_cno_free(cno));
+    }
+
+    STEP("CNO: dat_cno_wait names the EVD that triggered, not one that merely holds events");
+    {
+        DAT_CNO_HANDLE cno;
+        DAT_EVD_HANDLE a, b, got;
+        pthread_t th;
+        OK(dat_cno_create(ia, DAT_OS_WAIT_PROXY_AGENT_NULL, &cno));
+        OK(dat_evd_create(ia, 8, cno, DAT_EVD_SOFTWARE_FLAG, &a));
+        OK(dat_evd_create(ia, 8, cno, DAT_EVD_SOFTWARE_FLAG, &b));
+        memset(&ev, 0, sizeof ev);
+        ev.event_number = DAT_SOFTWARE_EVENT;
+        /* b, the later EVD, triggers; a's event arrives while the CNO is
+         * triggered and is dropped (as in compat-dapl) */
+        OK(dat_evd_post_se(b, &ev));
+        OK(dat_evd_post_se(a, &ev));
+        OK(dat_cno_wait(cno, SEC, &got));
+        CHECK(got == b);
+        OK(dat_evd_dequeue(b, &ev));
+        /* a still holds its event, seen before: it does not trigger again */
+        got = a;
+        CHECK(dat_cno_wait(cno, 20000, &got) == DAT_QUEUE_EMPTY && got == DAT_HANDLE_NULL);
+        /* a new event on b triggers; a still holds one: the answer is b */
+        ev.event_number = DAT_SOFTWARE_EVENT;
+        OK(dat_evd_post_se(b, &ev));
+        OK(dat_cno_wait(cno, SEC, &got));
+        CHECK(got == b);
+        OK(dat_evd_dequeue(b, &ev));
+        /* the same from another thread while dat_cno_wait sleeps */
+        pthread_create(&th, NULL, post_later, b);
+        OK(dat_cno_wait(cno, 5 * SEC, &got));
+        CHECK(got == b);
+        pthread_join(th, NULL);
+        OK(dat_evd_dequeue(b, &ev));
+        CHECK(ev.event_data.software_event_data.pointer == (void *)0x77);
+        /* a disabled EVD does not trigger, and enabling it does not trigger
+         * for what arrived meanwhile */
+        OK(dat_evd_disable(b));
+        ev.event_number = DAT_SOFTWARE_EVENT;
+        OK(dat_evd_post_se(b, &ev));
+        CHECK(dat_cno_wait(cno, 20000, &got) == DAT_QUEUE_EMPTY);
+        OK(dat_evd_enable(b));
+        CHECK(dat_cno_wait(cno, 20000, &got) == DAT_QUEUE_EMPTY);
+        OK(dat_evd_post_se(b, &ev));
+        OK(dat_cno_wait(cno, SEC, &got));
+        CHECK(got == b);
+        while (dat_evd_dequeue(b, &ev) == DAT_SUCCESS) {
+        }
+        /* a thread waiting on the EVD itself preempts the CNO, whatever its
+         * threshold */
+        pthread_create(&th, NULL, post_later, b);
+        OK(dat_evd_wait(b, 5 * SEC, 1, &ev, &nmore));
+        pthread_join(th, NULL);
+        CHECK(dat_cno_wait(cno, 20000, &got) == DAT_QUEUE_EMPTY);
+        /* an unwaitable EVD still triggers */
+        OK(dat_evd_set_unwaitable(b));
+        ev.event_number = DAT_SOFTWARE_EVENT;
+        OK(dat_evd_post_se(b, &ev));
+        OK(dat_cno_wait(cno, SEC, &got));
+        CHECK(got == b);
+        OK(dat_evd_clear_unwaitable(b));
+        OK(dat_evd_dequeue(b, &ev));
+        OK(dat_evd_modify_cno(a, DAT_HANDLE_NULL));
+        OK(dat_evd_dequeue(a, &ev));
+        OK(dat_evd_free(a));
+        OK(dat_evd_free(b));
         OK(dat_cno_free(cno));
     }
 

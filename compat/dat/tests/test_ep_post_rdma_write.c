@@ -96,7 +96,8 @@ int main(void) {
         OK(dat_ep_post_rdma_write(p.cep, 1, &iov, cookie64(22), &r, DAT_COMPLETION_DEFAULT_FLAG));
         d = wait_dto(p.c_req);
         CHECK(d.user_cookie.as_64 == 22); /* the suppressed one never shows */
-        EXPECT(dat_evd_dequeue(p.c_req, &ev), DAT_QUEUE_EMPTY);
+        /* a DTO EVD reports the bare DAT_QUEUE_EMPTY, as compat-dapl does */
+        CHECK(dat_evd_dequeue(p.c_req, &ev) == DAT_QUEUE_EMPTY);
         CHECK(memcmp(dst + 300, "BBBBBBBBBB", 10) == 0);
     }
 
