@@ -127,7 +127,11 @@ class Endpoint {
   Result<void> atomic_write(const RemoteRegion& dst, std::uint64_t dst_offset, std::uint64_t value,
                             std::uint64_t cookie, PostFlags flags = PostFlags::none);
   /// Make every write posted earlier on this endpoint to [offset, offset+len)
-  /// visible (VISIBILITY) or durable (PERSISTENT) at the target.
+  /// visible (VISIBILITY) or durable (PERSISTENT) at the target. A PERSISTENT
+  /// flush the target could not carry out (msync or the persist function
+  /// failed) completes with Errc::io_error, and the endpoint goes to error as
+  /// for any failed remote operation; nothing is reported durable that may
+  /// not be.
   Result<void> flush(const RemoteRegion& dst, std::uint64_t dst_offset, std::uint64_t len, FlushType type,
                      std::uint64_t cookie, PostFlags flags = PostFlags::none);
 

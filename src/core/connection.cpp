@@ -362,7 +362,13 @@ void EndpointImpl::handle_request(const wire::Ctl& req) {
                    (has(r.access, Access::remote_write) || has(r.access, Access::remote_read))) {
           if (req.flush_type == static_cast<std::uint8_t>(FlushType::persistent)) {
             auto pr = r.persist(req.addr, req.len);
-            rep.status = pr ? 0 : static_cast<std::uint16_t>(pr.error() == Errc::not_supported ? Errc::not_supported : Errc::io_error);
+            // A region its owner did not declare persistent lacks the
+            // privilege (a forged descriptor): a refusal, as a flush to an
+            // MR without the flush access is on hardware. Otherwise the
+            // write-back itself failed.
+            rep.status = pr ? 0
+                            : static_cast<std::uint16_t>(pr.error() == Errc::not_supported ? Errc::remote_access
+                                                                                           : Errc::io_error);
           } else {
             // Earlier writes were placed by this CPU before the request was
             // read from the same ordered connection: they are visible.
@@ -425,7 +431,12 @@ void EndpointImpl::handle_reply(const wire::Ctl& rep) {
     complete(s, {});
     return;
   }
-  fail(&s, make_error_code(Errc::remote_access), ConnectionEventType::lost);
+  // The target's reason reaches the caller: a refusal, or an operation it
+  // accepted but could not carry out (persisting failed, not supported).
+  Errc why = Errc::remote_access;
+  if (rep.status == static_cast<std::uint16_t>(Errc::io_error)) why = Errc::io_error;
+  if (rep.status == static_cast<std::uint16_t>(Errc::not_supported)) why = Errc::not_supported;
+  fail(&s, make_error_code(why), ConnectionEventType::lost);
 }
 
 void EndpointImpl::say_goodbye() noexcept {

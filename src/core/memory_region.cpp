@@ -33,10 +33,10 @@ Result<void> RegionImpl::persist(std::uint64_t addr, std::uint64_t len) const {
   static const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
   std::uint64_t start = addr & ~(page - 1);
   std::uint64_t end = addr + len;
-  if (msync(reinterpret_cast<void*>(start), end - start, MS_SYNC) != 0) {
-    // Anonymous or private memory has nothing to write back.
-    if (errno == ENOMEM) return Errc::io_error;
-  }
+  // Anonymous or private memory has nothing to write back and msync
+  // succeeds on it; any failure (EIO from the device, ENOMEM for a range no
+  // longer mapped) means the data may not be durable.
+  if (msync(reinterpret_cast<void*>(start), end - start, MS_SYNC) != 0) return Errc::io_error;
   return {};
 }
 
