@@ -110,17 +110,22 @@ void Agent::handle_cm(backend::CmEvent& ev) {
   if (!listener || ev.kind != backend::CmEvent::conn_request) return;
   std::lock_guard<std::mutex> lock(listener->mu);
   if (listener->closed || !listener->pep) return;
-  wire::Hello h{};
-  if (ev.data.size() >= sizeof h) std::memcpy(&h, ev.data.data(), sizeof h);
-  if (h.magic != wire::kHelloMagic || h.header_len < sizeof h || h.header_len > ev.data.size()) {
+  auto h = wire::parse_hello(ev.data);
+  if (!h) {
     (void)listener->pep->reject(ev.request, {});  // not a Remora peer
+    return;
+  }
+  if (h->hello.version != wire::kVersion) {
+    // A Remora peer speaking another protocol version: refused with our
+    // Hello, so it reports `rejected` (its user data is never shown here).
+    (void)listener->pep->reject(ev.request, wire::make_hello(0, {}));
     return;
   }
   auto req = std::make_shared<ConnRequestImpl>();
   req->listener = listener;
   req->request = ev.request;
-  req->peer_max_message = h.max_message;
-  req->private_data.assign(ev.data.begin() + h.header_len, ev.data.end());
+  req->peer_max_message = h->hello.max_message;
+  req->private_data.assign(h->user.begin(), h->user.end());
   req->peer_host = ev.peer_host;
   req->peer_port = ev.peer_port;
   if (listener->requests.empty()) listener->signal.raise();

@@ -489,13 +489,21 @@ void EndpointImpl::on_cm_event(backend::CmEvent& ev) {
     case backend::CmEvent::connected: {
       if (st != EndpointState::connect_pending) return;
       std::vector<std::uint8_t> user;
-      if (ev.data.size() >= sizeof(wire::Hello)) {
-        wire::Hello h;
-        std::memcpy(&h, ev.data.data(), sizeof h);
-        if (h.magic == wire::kHelloMagic) {
-          peer_max_message = h.max_message;
-          user.assign(ev.data.begin() + h.header_len, ev.data.end());
+      if (active) {
+        // The acceptor's Hello (the passive side read the connector's with
+        // the request).
+        auto h = wire::parse_hello(ev.data);
+        if (!h || h->hello.version != wire::kVersion) {
+          // Not a Remora peer of this protocol version: the connection
+          // cannot be used. Reported as a rejection.
+          conn->shutdown();
+          state = EndpointState::disconnected;
+          flush_all();
+          push_event(ConnectionEvent{ConnectionEventType::rejected, {}});
+          return;
         }
+        peer_max_message = h->hello.max_message;
+        user.assign(h->user.begin(), h->user.end());
       }
       state = EndpointState::connected;
       push_event(ConnectionEvent{ConnectionEventType::established, std::move(user)});
@@ -506,12 +514,10 @@ void EndpointImpl::on_cm_event(backend::CmEvent& ev) {
     case backend::CmEvent::error: {
       if (st == EndpointState::connect_pending) {
         ConnectionEvent out{ConnectionEventType::unreachable, {}};
-        if (ev.kind == backend::CmEvent::error && ev.err == ECONNREFUSED && ev.data.size() >= sizeof(wire::Hello)) {
-          wire::Hello h;
-          std::memcpy(&h, ev.data.data(), sizeof h);
-          if (h.magic == wire::kHelloMagic && h.header_len <= ev.data.size()) {
+        if (ev.kind == backend::CmEvent::error && ev.err == ECONNREFUSED) {
+          if (auto h = wire::parse_hello(ev.data)) {
             out.type = ConnectionEventType::rejected;
-            out.private_data.assign(ev.data.begin() + h.header_len, ev.data.end());
+            out.private_data.assign(h->user.begin(), h->user.end());
           }
         }
         state = EndpointState::disconnected;

@@ -154,20 +154,6 @@ std::size_t Endpoint::peer_max_message() const noexcept {
   return impl_->peer_max_message;
 }
 
-static std::vector<std::uint8_t> hello(std::uint32_t max_message, std::span<const std::uint8_t> user) {
-  wire::Hello h{wire::kHelloMagic, 1, sizeof(wire::Hello), max_message, 0};
-  std::vector<std::uint8_t> out(sizeof h + user.size());
-  std::memcpy(out.data(), &h, sizeof h);
-  if (!user.empty()) std::memcpy(out.data() + sizeof h, user.data(), user.size());
-  return out;
-}
-
-namespace detail {
-std::vector<std::uint8_t> make_hello(std::uint32_t max_message, std::span<const std::uint8_t> user) {
-  return hello(max_message, user);
-}
-}  // namespace detail
-
 Result<void> Endpoint::connect(const std::string& host, std::uint16_t port, std::span<const std::uint8_t> pdata) {
   if (!impl_) return Errc::invalid_handle;
   if (pdata.size() > kMaxPrivateData || host.empty()) return Errc::invalid_argument;
@@ -175,12 +161,13 @@ Result<void> Endpoint::connect(const std::string& host, std::uint16_t port, std:
   if (impl_->closed) return Errc::invalid_handle;
   if (impl_->state != EndpointState::unconnected) return Errc::invalid_state;
   if (auto r = impl_->setup_connection(nullptr); !r) return r.error();
-  auto r = impl_->conn->connect(host, port, hello(impl_->options.max_message, pdata));
+  auto r = impl_->conn->connect(host, port, wire::make_hello(impl_->options.max_message, pdata));
   if (!r) {
     impl_->conn.reset();
     return r.error();
   }
   impl_->state = EndpointState::connect_pending;
+  impl_->active = true;
   return {};
 }
 

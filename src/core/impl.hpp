@@ -10,8 +10,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <shared_mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -153,6 +155,21 @@ struct Hello {
   std::uint32_t reserved;
 };
 static_assert(sizeof(Hello) == 16);
+/// The protocol version a Hello announces. 2: receive-consuming messages
+/// are acknowledged (msg_ack); a peer of another version is refused, since
+/// the two would wait on each other's acknowledgements.
+constexpr std::uint16_t kVersion = 2;
+
+/// Our Hello followed by the user's private data.
+std::vector<std::uint8_t> make_hello(std::uint32_t max_message, std::span<const std::uint8_t> user);
+struct ParsedHello {
+  Hello hello{};
+  std::span<const std::uint8_t> user;  // the private data after the header
+};
+/// The peer's Hello at the start of connection private data, or nothing for
+/// bytes that are not one (short, another magic, a header length outside
+/// [16, size]). The version is the caller's to check.
+std::optional<ParsedHello> parse_hello(std::span<const std::uint8_t> bytes);
 
 enum Kind : std::uint8_t { user_msg = 1, user_msg_imm = 2, ctl_request = 3, ctl_reply = 4, write_imm = 5, msg_ack = 6 };
 inline std::uint64_t data(Kind k, std::uint32_t imm = 0) { return (std::uint64_t{k} << 56) | imm; }
@@ -289,6 +306,7 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   std::uint64_t msgs_handled = 0;  // receiver: messages handled
   std::uint64_t msgs_acked = 0;    // receiver: the count last acknowledged
   std::uint32_t peer_max_message = 0;
+  bool active = false;  // this side connected (the peer's Hello comes with `connected`)
   // The latest write posted: key and remote range (Endpoint::flush).
   std::uint64_t last_write_key = 0, last_write_addr = 0, last_write_len = 0;
   bool peer_said_bye = false;

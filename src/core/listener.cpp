@@ -5,7 +5,6 @@
 
 namespace remora {
 namespace detail {
-std::vector<std::uint8_t> make_hello(std::uint32_t max_message, std::span<const std::uint8_t> user);
 
 ListenerImpl::~ListenerImpl() { close(); }
 
@@ -18,7 +17,7 @@ void ListenerImpl::close() noexcept {
     p = std::move(pep);
     // Requests nobody took are rejected, as a dropped request is.
     for (auto& r : requests) {
-      if (p && !r->used) (void)p->reject(r->request, make_hello(0, {}));
+      if (p && !r->used) (void)p->reject(r->request, wire::make_hello(0, {}));
       r->used = true;
     }
     requests.clear();
@@ -58,11 +57,12 @@ Result<void> accept_into(detail::ConnRequestImpl* req, Endpoint& ep, std::span<c
   if (e->state != EndpointState::unconnected) return Errc::invalid_state;
   if (auto r = e->setup_connection(req->request); !r) return r.error();
   e->peer_max_message = req->peer_max_message;
-  if (auto r = e->conn->accept(detail::make_hello(e->options.max_message, pdata)); !r) {
+  if (auto r = e->conn->accept(detail::wire::make_hello(e->options.max_message, pdata)); !r) {
     e->conn.reset();
     return r.error();
   }
   e->state = EndpointState::connect_pending;
+  e->active = false;
   req->used = true;
   return {};
 }
@@ -89,7 +89,7 @@ Result<void> ConnectionRequest::reject(std::span<const std::uint8_t> pdata) {
   std::lock_guard<std::mutex> lock(listener->mu);
   if (!listener->pep) return Errc::invalid_handle;
   impl_->used = true;
-  return listener->pep->reject(impl_->request, detail::make_hello(0, pdata));
+  return listener->pep->reject(impl_->request, detail::wire::make_hello(0, pdata));
 }
 
 Listener::~Listener() = default;
