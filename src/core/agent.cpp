@@ -150,7 +150,13 @@ void Agent::run() {
     // it also runs a progress pass over every connection, which would double
     // the cost of each turn. After a sleep it always looks.
     const bool look_at_cm = !spinning || ++turn_ % 64 == 0;
-    while (look_at_cm && !stop_ && zone_->domain->next_cm_event(ev)) {
+    // Reading it runs the transport's progress: under transport_mu (shared),
+    // released before the event is handled (that takes endpoint locks).
+    auto next_cm_event = [this](backend::CmEvent& e) {
+      std::shared_lock<std::shared_mutex> transport(zone_->transport_mu);
+      return zone_->domain->next_cm_event(e);
+    };
+    while (look_at_cm && !stop_ && next_cm_event(ev)) {
       handle_cm(ev);
       ++work;
     }
@@ -205,9 +211,14 @@ void Agent::run() {
     // Sleep only when the transport confirms nothing is pending. (While
     // users drive endpoints, the connection-management queue is looked at
     // on each periodic wake instead: its readiness follows their traffic.)
-    bool can_sleep = user_driven || zone_->domain->cm_try_wait();
+    bool can_sleep = user_driven;
+    if (!can_sleep) {
+      std::shared_lock<std::shared_mutex> transport(zone_->transport_mu);
+      can_sleep = zone_->domain->cm_try_wait();
+    }
     for (auto& ep : eps) {
       std::lock_guard<std::mutex> lock(ep->mu);
+      std::shared_lock<std::shared_mutex> transport(zone_->transport_mu);
       // An acknowledgement or reply the transport could not take yet is
       // retried on the next turn rather than after a sleep.
       if (ep->conn && (!ep->conn->try_wait() || ep->msgs_acked != ep->msgs_handled || !ep->pending_replies.empty()))

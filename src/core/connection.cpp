@@ -447,6 +447,7 @@ void EndpointImpl::say_goodbye() noexcept {
 }
 
 void EndpointImpl::drain() {
+  std::shared_lock<std::shared_mutex> transport(zone->transport_mu);
   backend::CqEntry entries[16];
   for (int n; conn && (n = conn->poll(entries)) > 0;)
     for (int i = 0; i < n; ++i) handle(entries[i]);
@@ -455,6 +456,7 @@ void EndpointImpl::drain() {
 int EndpointImpl::progress() {
   std::lock_guard<std::mutex> lock(mu);
   if (!conn || closed) return 0;
+  std::shared_lock<std::shared_mutex> transport(zone->transport_mu);
   int total = 0;
   backend::CqEntry entries[16];
   for (;;) {

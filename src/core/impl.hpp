@@ -57,6 +57,14 @@ struct ZoneImpl : std::enable_shared_from_this<ZoneImpl> {
   std::uint64_t key_mask = ~std::uint64_t{0};
   std::shared_ptr<Agent> agent;
 
+  // Held shared by every thread inside the transport's progress (reading a
+  // queue, where the provider also serves incoming reads from registered
+  // memory); a deregistration takes it exclusively once, after the provider
+  // dropped the registration, so no such call still reads the region's
+  // memory when MemoryRegion::close returns. Order: an endpoint's mu, then
+  // this, then regions_mu.
+  std::shared_mutex transport_mu;
+
   // Regions by remote key, for the agent's checks of incoming requests.
   std::shared_mutex regions_mu;
   std::map<std::uint64_t, RegionImpl*> regions;

@@ -17,6 +17,10 @@ void RegionImpl::close() noexcept {
     zone->regions.erase(key);
   }
   mkey.reset();
+  // Wait out any thread inside the transport's progress right now: it may be
+  // sending this memory as the answer to a read (ibv_dereg_mr's guarantee:
+  // once deregistration returns, the memory is not touched).
+  { std::unique_lock<std::shared_mutex> quiesce(zone->transport_mu); }
   if (map != nullptr) pmem2_map_delete(&map);
   if (fd >= 0) ::close(fd);
   fd = -1;
