@@ -87,7 +87,6 @@ void EndpointImpl::release_slot(std::uint32_t i) {
   s.posted = false;
   s.finished = false;
   s.msg_seq = 0;
-  s.transport_done = false;
   ++s.generation;
   free_slots.push_back(i);
 }
@@ -234,11 +233,7 @@ void EndpointImpl::handle(const backend::CqEntry& e) {
   }
   if (s->kind == OpSlot::Kind::free || !s->posted) return;  // already flushed
   s->posted = false;
-  if (e.err == 0 && s->msg_seq > peer_handled) {
-    // Delivered; it completes when the peer acknowledges it (handle_ack).
-    s->transport_done = true;
-    return;
-  }
+  if (e.err == 0 && s->msg_seq > peer_handled) return;  // delivered; completes on the peer's ack (handle_ack)
   --in_flight;
   if (e.err != 0) {
     // Once the endpoint left `connected` (a local disconnect), the
@@ -410,9 +405,9 @@ void EndpointImpl::handle_ack(std::uint64_t count) {
     }
     if (s.msg_seq > peer_handled) return;
     unacked.pop_front();
-    // Not yet finished by the transport: handle() completes it then.
-    if (s.transport_done) {
-      s.transport_done = false;
+    // Already finished by the transport (no longer posted): complete it now;
+    // otherwise handle() completes it when the transport does.
+    if (!s.posted) {
       --in_flight;
       complete(s, {});
     }
@@ -431,11 +426,9 @@ void EndpointImpl::handle_reply(const wire::Ctl& rep) {
     complete(s, {});
     return;
   }
-  // The target's reason reaches the caller: a refusal, or an operation it
-  // accepted but could not carry out (persisting failed, not supported).
-  Errc why = Errc::remote_access;
-  if (rep.status == static_cast<std::uint16_t>(Errc::io_error)) why = Errc::io_error;
-  if (rep.status == static_cast<std::uint16_t>(Errc::not_supported)) why = Errc::not_supported;
+  // The target's reason reaches the caller: a refusal, or a flush it
+  // accepted but could not carry out (persisting failed).
+  const Errc why = rep.status == static_cast<std::uint16_t>(Errc::io_error) ? Errc::io_error : Errc::remote_access;
   fail(&s, make_error_code(why), ConnectionEventType::lost);
 }
 

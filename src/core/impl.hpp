@@ -227,10 +227,10 @@ struct OpSlot {
   bool posted = false;
   bool finished = false;  // outcome known, waiting for earlier ones (order)
   // Messages consuming a receive at the peer (sends, writes with immediate):
-  // their number on the connection (0 for other operations), and whether the
-  // transport finished them while the peer's acknowledgement is still due.
+  // their number on the connection (0 for other operations). One the
+  // transport finished (no longer `posted`) while the peer's acknowledgement
+  // is still due waits in EndpointImpl::unacked.
   std::uint64_t msg_seq = 0;
-  bool transport_done = false;
   /// Starts (or, for `local`, completes) only once every earlier operation
   /// on the endpoint has completed.
   bool waits_for_earlier() const noexcept { return fence || kind == Kind::local; }
