@@ -247,7 +247,9 @@ void EndpointImpl::handle(const backend::CqEntry& e) {
 }
 
 void EndpointImpl::handle_message(OpSlot& rxs, const backend::CqEntry& e) {
-  if (!(e.flags & backend::kCqRemoteData)) return;  // not from a Remora peer
+  // Every message a Remora peer sends carries its kind in the immediate
+  // data; anything else breaks the protocol.
+  if (!(e.flags & backend::kCqRemoteData)) return protocol_violation();
   const auto* bytes = static_cast<const std::uint8_t*>(rxs.iov[0].addr);
   switch (wire::kind_of(e.data)) {
     case wire::user_msg:
@@ -261,21 +263,32 @@ void EndpointImpl::handle_message(OpSlot& rxs, const backend::CqEntry& e) {
       ++msgs_handled;
       return;
     }
-    case wire::msg_ack: handle_ack(wire::ack_count(e.data)); return;
+    case wire::msg_ack:
+      if (e.len != 0) return protocol_violation();
+      handle_ack(wire::ack_count(e.data));
+      return;
     case wire::ctl_request:
     case wire::ctl_reply: {
       wire::Ctl m;
-      if (e.len != sizeof m) return;
-      std::memcpy(&m, bytes, sizeof m);
-      if (m.magic != wire::kCtlMagic) return;
-      if (wire::kind_of(e.data) == wire::ctl_request)
-        handle_request(m);
-      else
-        handle_reply(m);
+      const auto check = wire::parse_ctl({bytes, e.len}, m);
+      if (check == wire::CtlCheck::malformed) return protocol_violation();
+      if (wire::kind_of(e.data) == wire::ctl_reply) return handle_reply(m);
+      if (check == wire::CtlCheck::ok) return handle_request(m);
+      // A well-framed request this version cannot carry out (a newer
+      // peer's operation or flush type): answered, not dropped.
+      m.status = static_cast<std::uint16_t>(Errc::not_supported);
+      pending_replies.push_back(m);
+      flush_replies();
       return;
     }
-    default: return;
+    default: return protocol_violation();
   }
+}
+
+void EndpointImpl::protocol_violation() {
+  // The peer is not speaking the protocol: the connection ends here (the
+  // peer sees it lost), the zone's other connections are not affected.
+  fail(nullptr, make_error_code(Errc::malformed), ConnectionEventType::lost);
 }
 
 void EndpointImpl::deliver(Incoming in) {
@@ -357,12 +370,11 @@ void EndpointImpl::handle_request(const wire::Ctl& req) {
                    (has(r.access, Access::remote_write) || has(r.access, Access::remote_read))) {
           if (req.flush_type == static_cast<std::uint8_t>(FlushType::persistent)) {
             auto pr = r.persist(req.addr, req.len);
-            // A region its owner did not declare persistent lacks the
-            // privilege (a forged descriptor): a refusal, as a flush to an
-            // MR without the flush access is on hardware. Otherwise the
-            // write-back itself failed.
+            // not_supported: the owner did not declare the region
+            // persistent (the initiator refuses such a flush itself when
+            // its descriptor says so); io_error: the write-back failed.
             rep.status = pr ? 0
-                            : static_cast<std::uint16_t>(pr.error() == Errc::not_supported ? Errc::remote_access
+                            : static_cast<std::uint16_t>(pr.error() == Errc::not_supported ? Errc::not_supported
                                                                                            : Errc::io_error);
           } else {
             // Earlier writes were placed by this CPU before the request was
@@ -426,16 +438,17 @@ void EndpointImpl::handle_reply(const wire::Ctl& rep) {
     complete(s, {});
     return;
   }
-  // The target's reason reaches the caller: a refusal, or a flush it
-  // accepted but could not carry out (persisting failed).
-  const Errc why = rep.status == static_cast<std::uint16_t>(Errc::io_error) ? Errc::io_error : Errc::remote_access;
+  // The target's reason reaches the caller: a refusal (key, bounds,
+  // privilege), an operation it cannot carry out, or a flush whose
+  // write-back failed. Any other value is taken as a refusal.
+  Errc why = Errc::remote_access;
+  if (rep.status == static_cast<std::uint16_t>(Errc::io_error)) why = Errc::io_error;
+  if (rep.status == static_cast<std::uint16_t>(Errc::not_supported)) why = Errc::not_supported;
   fail(&s, make_error_code(why), ConnectionEventType::lost);
 }
 
 void EndpointImpl::say_goodbye() noexcept {
-  wire::Ctl bye{};
-  bye.magic = wire::kCtlMagic;
-  bye.op = wire::op_bye;
+  const wire::Ctl bye = wire::make_ctl(wire::op_bye, 0, 0, 0);
   (void)conn->inject(&bye, sizeof bye, wire::data(wire::ctl_request));
 }
 

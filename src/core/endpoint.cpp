@@ -271,11 +271,7 @@ Result<void> Endpoint::atomic_write(const RemoteRegion& dst, std::uint64_t off, 
   if (auto c = check_remote(dst, off, 8, Access::remote_write); !c) return c.error();
   OpSpec op{OpSlot::Kind::ctl, Opcode::atomic_write};
   op.length = 8;
-  op.ctl.magic = wire::kCtlMagic;
-  op.ctl.op = wire::op_atomic_write;
-  op.ctl.key = dst.key();
-  op.ctl.addr = dst.address() + off;
-  op.ctl.len = 8;
+  op.ctl = wire::make_ctl(wire::op_atomic_write, dst.key(), dst.address() + off, 8);
   op.ctl.value = value;
   return post(impl_.get(), op, cookie, flags);
 }
@@ -289,12 +285,8 @@ Result<void> Endpoint::flush(const RemoteRegion& dst, std::uint64_t off, std::ui
   if (type == FlushType::persistent && !dst.persistent()) return Errc::not_supported;
   OpSpec op{OpSlot::Kind::ctl, Opcode::flush};
   op.length = len;
-  op.ctl.magic = wire::kCtlMagic;
-  op.ctl.op = wire::op_flush;
+  op.ctl = wire::make_ctl(wire::op_flush, dst.key(), dst.address() + off, len);
   op.ctl.flush_type = static_cast<std::uint8_t>(type);
-  op.ctl.key = dst.key();
-  op.ctl.addr = dst.address() + off;
-  op.ctl.len = len;
   // Writes complete on delivery: the target has placed (and checked) their
   // data. A VISIBILITY flush inside the range of the latest write posted on
   // this endpoint therefore completes here, with no message, as soon as

@@ -211,6 +211,20 @@ struct Ctl {
   std::uint64_t value;
 };
 static_assert(sizeof(Ctl) == 48);
+
+/// How a control message parsed.
+enum class CtlCheck : std::uint8_t {
+  ok,
+  malformed,     // wrong length or magic: not a control message at all
+  unknown_op,    // framed correctly, an operation this version does not know
+  unknown_flush  // a flush of a type this version does not know
+};
+/// Parse a control message (request or reply) of exactly sizeof(Ctl) bytes.
+/// `out` is filled whenever the framing is right (ok, unknown_op,
+/// unknown_flush), so a request can still be answered.
+CtlCheck parse_ctl(std::span<const std::uint8_t> bytes, Ctl& out);
+/// A control request (atomic write, flush, goodbye) ready to send.
+Ctl make_ctl(CtlOp op, std::uint64_t key, std::uint64_t addr, std::uint64_t len);
 }  // namespace wire
 
 /// One posted operation. The transport header must come first.
@@ -341,6 +355,8 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   void handle_message(OpSlot& rxs, const backend::CqEntry& e);
   void handle_request(const wire::Ctl& req);
   void handle_reply(const wire::Ctl& rep);
+  /// The peer sent something the protocol does not allow: end the connection.
+  void protocol_violation();
   void deliver(Incoming in);
   void flush_replies();
   /// Acknowledge the messages handled since the last acknowledgement.

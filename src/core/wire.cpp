@@ -1,4 +1,5 @@
-// The connection Hello: built and parsed here only.
+// The wire protocol: the connection Hello and the control messages, built
+// and parsed here only (layouts in core/impl.hpp, namespace wire).
 #include <cstring>
 
 #include "core/impl.hpp"
@@ -21,6 +22,30 @@ std::optional<ParsedHello> parse_hello(std::span<const std::uint8_t> bytes) {
     return std::nullopt;
   p.user = bytes.subspan(p.hello.header_len);
   return p;
+}
+
+CtlCheck parse_ctl(std::span<const std::uint8_t> bytes, Ctl& out) {
+  if (bytes.size() != sizeof(Ctl)) return CtlCheck::malformed;
+  std::memcpy(&out, bytes.data(), sizeof(Ctl));
+  if (out.magic != kCtlMagic) return CtlCheck::malformed;
+  switch (out.op) {
+    case op_atomic_write:
+    case op_bye: return CtlCheck::ok;
+    case op_flush:
+      return out.flush_type <= static_cast<std::uint8_t>(FlushType::persistent) ? CtlCheck::ok
+                                                                                 : CtlCheck::unknown_flush;
+    default: return CtlCheck::unknown_op;
+  }
+}
+
+Ctl make_ctl(CtlOp op, std::uint64_t key, std::uint64_t addr, std::uint64_t len) {
+  Ctl c{};
+  c.magic = kCtlMagic;
+  c.op = op;
+  c.key = key;
+  c.addr = addr;
+  c.len = len;
+  return c;
 }
 
 }  // namespace remora::detail::wire
