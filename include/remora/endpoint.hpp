@@ -82,7 +82,8 @@ class Endpoint {
   Endpoint() = default;
   explicit Endpoint(std::shared_ptr<detail::EndpointImpl> impl) : impl_(std::move(impl)) {}
   Endpoint(Endpoint&&) noexcept = default;
-  Endpoint& operator=(Endpoint&&) noexcept = default;
+  /// Closes the endpoint this handle held, as the destructor does.
+  Endpoint& operator=(Endpoint&& other) noexcept;
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
   ~Endpoint();

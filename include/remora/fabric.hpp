@@ -15,7 +15,10 @@ namespace remora {
 namespace detail { struct FabricImpl; }
 
 struct FabricOptions {
-  std::string provider = "tcp";       ///< libfabric provider name
+  /// libfabric provider name, or "mem": the in-memory transport, which
+  /// connects zones of this process only (the address then names the
+  /// in-process network); used by tests to run the engine without sockets.
+  std::string provider = "tcp";
   std::string address = "127.0.0.1";  ///< local address to bind (selects the interface)
   bool busy_poll = false;             ///< target agents spin instead of sleeping
 };
@@ -25,6 +28,13 @@ struct ZoneOptions {
   /// are 32-bit). Between 16 and 64; providers choosing their own keys may
   /// ignore it.
   unsigned key_bits = 64;
+  /// Run the zone's target agent on a thread of its own. Without it the
+  /// zone's connection management and the requests its peers send progress
+  /// only inside ProtectionZone::progress(); CompletionQueue::poll and wait
+  /// drive the endpoints feeding that queue, Endpoint::next_event and
+  /// Listener::next_request drive nothing. For single-threaded programs and
+  /// deterministic tests.
+  bool progress_thread = true;
 };
 
 /// What a provider/interface pair can do, as reported by remora-info.

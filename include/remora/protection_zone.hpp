@@ -54,6 +54,13 @@ class ProtectionZone {
   /// invalid_argument, provider_error.
   Result<Listener> listen(const std::string& address, std::uint16_t port);
 
+  /// One pass of the target agent's work on the calling thread: every queued
+  /// connection-management event, then every endpoint of the zone. Returns
+  /// how many events and completions it handled (0: nothing was pending).
+  /// Needed only for zones created with progress_thread = false; harmless
+  /// otherwise. Errors: invalid_handle.
+  Result<std::size_t> progress();
+
   void close() noexcept;
   const std::shared_ptr<detail::ZoneImpl>& impl() const noexcept { return impl_; }
 

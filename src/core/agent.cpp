@@ -76,7 +76,7 @@ void Agent::wake() noexcept { wake_.raise(); }
 
 void Agent::add(const std::shared_ptr<EndpointImpl>& ep, int fd) {
   std::lock_guard<std::mutex> lock(mu_);
-  endpoints_.push_back(Watched{ep, fd, fd >= 0});
+  endpoints_.push_back(Watched{ep, ep.get(), fd, fd >= 0});
   if (fd >= 0) {  // a busy-polling zone's queues have nothing to sleep on
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -89,10 +89,9 @@ void Agent::add(const std::shared_ptr<EndpointImpl>& ep, int fd) {
 void Agent::remove(EndpointImpl* ep, int fd) {
   std::lock_guard<std::mutex> lock(mu_);
   if (fd >= 0) epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
-  std::erase_if(endpoints_, [ep](const Watched& w) {
-    auto p = w.ep.lock();
-    return !p || p.get() == ep;
-  });
+  // Identity and expiry only: locking an endpoint here could make this
+  // thread drop its last reference under mu_ (its destructor comes back here).
+  std::erase_if(endpoints_, [ep](const Watched& w) { return w.raw == ep || w.ep.expired(); });
 }
 
 void Agent::handle_cm(backend::CmEvent& ev) {
@@ -131,6 +130,29 @@ void Agent::handle_cm(backend::CmEvent& ev) {
   if (listener->requests.empty()) listener->signal.raise();
   listener->requests.push_back(std::move(req));
   listener->cv.notify_all();
+}
+
+std::size_t Agent::run_once() {
+  std::size_t work = 0;
+  backend::CmEvent ev;
+  for (;;) {
+    bool got;
+    {
+      std::shared_lock<std::shared_mutex> transport(zone_->transport_mu);
+      got = zone_->domain->next_cm_event(ev);
+    }
+    if (!got) break;
+    handle_cm(ev);
+    ++work;
+  }
+  std::vector<std::shared_ptr<EndpointImpl>> eps;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& w : endpoints_)
+      if (auto p = w.ep.lock()) eps.push_back(std::move(p));
+  }
+  for (auto& ep : eps) work += static_cast<std::size_t>(ep->progress());
+  return work;
 }
 
 void Agent::run() {

@@ -208,7 +208,9 @@ void EndpointImpl::fail(OpSlot* s, std::error_code status, ConnectionEventType e
 void EndpointImpl::handle(const backend::CqEntry& e) {
   if (e.context == nullptr) {
     // Remote write with immediate data at the target.
-    if (e.err == 0 && (e.flags & backend::kCqRemoteData) && wire::kind_of(e.data) == wire::write_imm) {
+    if (e.err != 0 || !(e.flags & backend::kCqRemoteData)) return;
+    if (wire::kind_of(e.data) != wire::write_imm) return protocol_violation();
+    {
       Incoming in;
       in.write_imm = true;
       in.has_imm = true;
@@ -545,6 +547,8 @@ void EndpointImpl::on_cm_event(backend::CmEvent& ev) {
   }
 }
 
+// Endpoint::~Endpoint / close() already closed it on the owner's thread;
+// this only covers an engine object that never had a handle.
 EndpointImpl::~EndpointImpl() { close(); }
 
 void EndpointImpl::close() noexcept {

@@ -76,11 +76,6 @@ Result<void> post(EndpointImpl* ep, const OpSpec& op, std::uint64_t cookie, Post
   if (!idx) return idx.error();
   OpSlot& s = ep->slots[*idx];
   s.kind = op.kind;
-  if (op.kind == OpSlot::Kind::write) {
-    ep->last_write_key = op.remote->key();
-    ep->last_write_addr = op.remote->address() + op.offset;
-    ep->last_write_len = op.length;
-  }
   if (op.local_after_write && ep->last_write_key == op.ctl.key && op.ctl.addr >= ep->last_write_addr &&
       op.ctl.addr + op.ctl.len <= ep->last_write_addr + ep->last_write_len)
     s.kind = OpSlot::Kind::local;
@@ -105,7 +100,15 @@ Result<void> post(EndpointImpl* ep, const OpSpec& op, std::uint64_t cookie, Post
   s.data = op.data;
   s.ctl = op.ctl;
   ep->order.push_back(*idx);
-  return ep->submit(*idx);
+  if (auto r = ep->submit(*idx); !r) return r;
+  // Recorded only for a write the engine accepted: a flush may complete
+  // locally behind it (Endpoint::flush), never behind a refused one.
+  if (op.kind == OpSlot::Kind::write) {
+    ep->last_write_key = op.remote->key();
+    ep->last_write_addr = op.remote->address() + op.offset;
+    ep->last_write_len = op.length;
+  }
+  return {};
 }
 
 Result<void> rma(EndpointImpl* ep, bool is_write, std::span<const Segment> segs, const RemoteRegion& r,
@@ -139,7 +142,20 @@ Result<void> message(EndpointImpl* ep, std::span<const Segment> segs, bool with_
 
 }  // namespace
 
-Endpoint::~Endpoint() = default;
+// The handle is the only one of its endpoint: dropping it is the owner
+// closing the connection, on the owner's thread (goodbye, shutdown). The
+// engine object may outlive it briefly on a progress thread, closed.
+Endpoint::~Endpoint() {
+  if (impl_) impl_->close();
+}
+
+Endpoint& Endpoint::operator=(Endpoint&& other) noexcept {
+  if (this != &other) {
+    if (impl_) impl_->close();
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
 
 std::uint64_t Endpoint::id() const noexcept { return impl_ ? impl_->id : 0; }
 EndpointState Endpoint::state() const noexcept { return impl_ ? impl_->state.load() : EndpointState::disconnected; }

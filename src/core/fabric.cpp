@@ -35,7 +35,7 @@ Result<ProtectionZone> Fabric::create_zone(const ZoneOptions& options) {
   zone->busy_poll = impl_->options.busy_poll;
   zone->key_mask = options.key_bits == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << options.key_bits) - 1;
   zone->agent = std::make_shared<detail::Agent>(zone.get(), zone->busy_poll);
-  zone->agent->start();
+  if (options.progress_thread) zone->agent->start();
   return ProtectionZone(std::move(zone));
 }
 

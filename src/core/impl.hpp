@@ -391,6 +391,9 @@ class Agent : public std::enable_shared_from_this<Agent> {
   void add(const std::shared_ptr<EndpointImpl>& ep, int fd);
   void remove(EndpointImpl* ep, int fd);
   void wake() noexcept;
+  /// One pass on the calling thread: connection management, then every
+  /// endpoint (ProtectionZone::progress). Returns the work done.
+  std::size_t run_once();
 
  private:
   void run();
@@ -404,6 +407,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::mutex mu_;
   struct Watched {
     std::weak_ptr<EndpointImpl> ep;
+    const EndpointImpl* raw;  // identity only, never dereferenced
     int fd;
     bool armed;  // fd in the epoll set with EPOLLIN
   };

@@ -117,7 +117,10 @@ Result<MemoryRegion> ProtectionZone::map_file(const std::string& path, std::size
   }
   (*r)->persistent = true;
   (*r)->map = map;
-  (*r)->persist_fn = pmem2_get_persist_fn(map);
+  // On DAX the persist function flushes CPU caches and cannot fail; on a
+  // page-granular mapping it would msync and drop the error, so such a
+  // mapping is written back by RegionImpl::persist's own checked msync.
+  if (pmem2_map_get_store_granularity(map) != PMEM2_GRANULARITY_PAGE) (*r)->persist_fn = pmem2_get_persist_fn(map);
   (*r)->fd = fd;
   return MemoryRegion(std::move(*r));
 }
@@ -177,6 +180,11 @@ Result<Listener> ProtectionZone::listen(const std::string& address, std::uint16_
   }
   impl_->agent->wake();
   return Listener(std::move(l));
+}
+
+Result<std::size_t> ProtectionZone::progress() {
+  if (!impl_) return Errc::invalid_handle;
+  return impl_->agent->run_once();
 }
 
 void ProtectionZone::close() noexcept { impl_.reset(); }

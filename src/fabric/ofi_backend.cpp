@@ -19,6 +19,7 @@
 #include <set>
 
 #include "fabric/backend.hpp"
+#include "fabric/mem_backend.hpp"
 
 namespace remora::backend {
 namespace {
@@ -429,6 +430,7 @@ bool excluded(const std::string& provider) { return provider == "sockets"; }
 }  // namespace
 
 Result<std::shared_ptr<Transport>> Transport::open(const FabricOptions& options) {
+  if (options.provider == mem::kProvider) return mem::open(options);
   if (excluded(options.provider)) return Errc::not_supported;
   InfoPtr hints = make_hints(options.provider);
   if (!hints) return Errc::no_memory;

@@ -1,0 +1,602 @@
+// The per-connection engine, driven step by step: the in-memory transport
+// (provider "mem") holds every operation until the test delivers it, and the
+// zones have no progress thread (ZoneOptions::progress_thread = false), so
+// each test decides exactly when the transport moves and when each side
+// progresses. No sockets, no threads: checked at the end of every test.
+#include <dirent.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include "core/impl.hpp"
+#include "fabric/mem_backend.hpp"
+#include "unit_support.hpp"
+
+namespace {
+
+using namespace unit;
+namespace mem = remora::backend::mem;
+namespace wire = remora::detail::wire;
+using remora::backend::CmEvent;
+using remora::backend::CqEntry;
+
+std::string fresh_network_name() {
+  static std::atomic<int> n{0};
+  return "engine-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
+}
+
+std::size_t count_dir(const char* path, const char* link_prefix) {
+  std::size_t n = 0;
+  DIR* d = ::opendir(path);
+  if (d == nullptr) return 0;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    if (link_prefix == nullptr) {
+      ++n;
+      continue;
+    }
+    char target[256] = {};
+    const std::string p = std::string(path) + "/" + e->d_name;
+    if (::readlink(p.c_str(), target, sizeof target - 1) > 0 && std::strncmp(target, link_prefix, std::strlen(link_prefix)) == 0) ++n;
+  }
+  ::closedir(d);
+  return n;
+}
+
+std::size_t threads() { return count_dir("/proc/self/task", nullptr); }
+std::size_t sockets() { return count_dir("/proc/self/fd", "socket:"); }
+
+ZoneOptions manual() {
+  ZoneOptions o;
+  o.progress_thread = false;
+  return o;
+}
+
+/// Two zones on one in-memory network, a target region of 4 KiB with every
+/// privilege and a local region of 4 KiB, progressed only by settle().
+class World {
+ public:
+  static constexpr std::uint8_t kFill = 0xEE;
+
+  explicit World(EndpointOptions io = {}, EndpointOptions to = {}) {
+    target_mem.assign(4096, kFill);
+    local_mem.assign(4096, 0);
+    FabricOptions fo;
+    fo.provider = mem::kProvider;
+    fo.address = name;
+    fabric = MUST(Fabric::open(fo));
+    tz = MUST(fabric.create_zone(manual()));
+    iz = MUST(fabric.create_zone(manual()));
+    tcq = MUST(tz.create_cq());
+    icq = MUST(iz.create_cq());
+    tmr = MUST(tz.register_memory(target_mem.data(), target_mem.size(), Access::all));
+    lmr = MUST(iz.register_memory(local_mem.data(), local_mem.size(), kLocal));
+    rr = MUST(tmr.remote());
+    lis = MUST(tz.listen(name, 0));
+    to.send_cq = &tcq;
+    io.send_cq = &icq;
+    tep = MUST(tz.create_endpoint(to));
+    iep = MUST(iz.create_endpoint(io));
+    MUST(iep.connect(name, lis.port()));
+    settle();
+    auto req = MUST(lis.next_request(0ms));
+    MUST(req.accept(tep));
+    settle();
+    expect_event(iep, ConnectionEventType::established);
+    expect_event(tep, ConnectionEventType::established);
+  }
+
+  /// Progress both zones until neither has anything left to do (the held
+  /// operations stay held).
+  void settle() {
+    for (int i = 0; i < 1000; ++i)
+      if (MUST(tz.progress()) + MUST(iz.progress()) == 0) return;
+    throw std::runtime_error("the zones never went quiet");
+  }
+
+  /// Every completion `cq` has after settling.
+  std::vector<Completion> take(CompletionQueue& cq) {
+    settle();
+    std::vector<Completion> out;
+    Completion buf[16];
+    for (std::size_t n; (n = cq.poll(buf)) > 0;) out.insert(out.end(), buf, buf + n);
+    return out;
+  }
+
+  static void expect_event(Endpoint& ep, ConnectionEventType want) {
+    auto ev = ep.next_event(0ms);
+    ASSERT_TRUE(ev.ok()) << "no connection event, expected " << to_string(want);
+    EXPECT_EQ(ev->type, want) << to_string(ev->type);
+  }
+
+  const std::string name = fresh_network_name();
+  std::shared_ptr<mem::Network> net = mem::network(name);
+  std::vector<std::uint8_t> target_mem, local_mem;
+  Fabric fabric;
+  ProtectionZone tz, iz;
+  CompletionQueue tcq, icq;
+  MemoryRegion tmr, lmr;
+  RemoteRegion rr;
+  Listener lis;
+  Endpoint tep, iep;
+};
+
+/// Every test: nothing but the test's own thread, and no socket opened.
+class Engine : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    EXPECT_EQ(threads(), 1u) << "the engine tests must run without threads";
+    EXPECT_EQ(sockets(), 0u) << "the engine tests must run without sockets";
+  }
+};
+
+void expect_cookies(const std::vector<Completion>& cs, std::vector<std::uint64_t> cookies) {
+  ASSERT_EQ(cs.size(), cookies.size()) << describe(cs);
+  for (std::size_t i = 0; i < cs.size(); ++i) {
+    EXPECT_EQ(cs[i].cookie, cookies[i]) << describe(cs);
+    EXPECT_FALSE(cs[i].status) << describe(cs[i]);
+  }
+}
+
+TEST_F(Engine, WriteAndReadWithoutThreadsOrSockets) {
+  World w;
+  std::memset(w.local_mem.data(), 0x5A, 100);
+  Segment s(w.lmr, 0, 100);
+  ASSERT_OK(w.iep.write({&s, 1}, w.rr, 200, 1));
+  Segment back(w.lmr, 1000, 100);
+  ASSERT_OK(w.iep.read({&back, 1}, w.rr, 200, 2));
+  expect_cookies(w.take(w.icq), {1, 2});
+  EXPECT_EQ(w.target_mem[200], 0x5A);
+  EXPECT_EQ(w.target_mem[299], 0x5A);
+  EXPECT_EQ(w.target_mem[300], World::kFill);
+  EXPECT_EQ(0, std::memcmp(w.local_mem.data() + 1000, w.local_mem.data(), 100));
+}
+
+TEST_F(Engine, FencedReadStartsOnlyAfterEarlierWriteCompleted) {
+  World w;
+  w.net->hold(true);
+  std::memset(w.local_mem.data(), 0x11, 64);
+  Segment s(w.lmr, 0, 64);
+  Segment back(w.lmr, 2048, 64);
+  ASSERT_OK(w.iep.write({&s, 1}, w.rr, 0, 1));
+  ASSERT_OK(w.iep.read({&back, 1}, w.rr, 0, 2, PostFlags::fence));
+  w.settle();
+  EXPECT_EQ(w.net->held(), 1u) << "the fenced read went out before the write completed";
+  ASSERT_EQ(w.net->deliver(), 1u);
+  w.settle();  // the write completes; the read is posted now
+  EXPECT_EQ(w.net->held(), 1u);
+  EXPECT_EQ(w.local_mem[2048], 0) << "read data arrived before the read was delivered";
+  ASSERT_EQ(w.net->deliver(), 1u);
+  expect_cookies(w.take(w.icq), {1, 2});
+  EXPECT_EQ(w.local_mem[2048], 0x11);
+  EXPECT_EQ(w.local_mem[2048 + 63], 0x11);
+}
+
+TEST_F(Engine, CompletionsAreReportedInPostingOrder) {
+  World w;
+  w.net->hold(true);
+  Segment a(w.lmr, 0, 8), b(w.lmr, 8, 8);
+  ASSERT_OK(w.iep.write({&a, 1}, w.rr, 0, 10));
+  ASSERT_OK(w.iep.write({&b, 1}, w.rr, 8, 11));
+  w.settle();
+  ASSERT_EQ(w.net->held(), 2u);
+  ASSERT_TRUE(w.net->deliver_at(1));  // the transport finishes the second first
+  EXPECT_TRUE(w.take(w.icq).empty()) << "the second write was reported before the first";
+  ASSERT_EQ(w.net->deliver(), 1u);
+  expect_cookies(w.take(w.icq), {10, 11});
+}
+
+TEST_F(Engine, UnsignalledOperationsReportNothingButKeepTheirPlace) {
+  World w;
+  Segment a(w.lmr, 0, 8);
+  ASSERT_OK(w.iep.write({&a, 1}, w.rr, 0, 20, PostFlags::unsignalled));
+  ASSERT_OK(w.iep.write({&a, 1}, w.rr, 8, 21));
+  expect_cookies(w.take(w.icq), {21});
+}
+
+TEST_F(Engine, SendCompletesOnlyOnceTheReceiverAcknowledgedIt) {
+  World w;
+  std::vector<std::uint8_t> in(64, 0);
+  auto inr = MUST(w.tz.register_memory(in.data(), in.size(), kLocal));
+  Segment r(inr, 0, 64);
+  ASSERT_OK(w.tep.recv({&r, 1}, 7));
+  w.net->hold(true);
+  std::memcpy(w.local_mem.data(), "hello", 5);
+  Segment s(w.lmr, 0, 5);
+  ASSERT_OK(w.iep.send({&s, 1}, 8));
+  w.settle();
+  ASSERT_EQ(w.net->deliver(), 1u);  // the message reaches the receiver
+  auto got = w.take(w.tcq);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].cookie, 7u);
+  EXPECT_EQ(got[0].length, 5u);
+  EXPECT_EQ(0, std::memcmp(in.data(), "hello", 5));
+  // The transport finished the send, but the receiver's acknowledgement is
+  // still held: no completion yet.
+  EXPECT_TRUE(w.take(w.icq).empty());
+  ASSERT_EQ(w.net->held(), 1u);
+  ASSERT_EQ(w.net->deliver(), 1u);
+  expect_cookies(w.take(w.icq), {8});
+}
+
+TEST_F(Engine, AMessageArrivingBeforeItsReceiveWaitsForIt) {
+  World w;
+  std::memcpy(w.local_mem.data(), "early", 5);
+  Segment s(w.lmr, 0, 5);
+  ASSERT_OK(w.iep.send({&s, 1}, 1));
+  expect_cookies(w.take(w.icq), {1});  // held by the receiver counts as handled
+  EXPECT_TRUE(w.take(w.tcq).empty());
+  std::vector<std::uint8_t> in(16, 0);
+  auto inr = MUST(w.tz.register_memory(in.data(), in.size(), kLocal));
+  Segment r(inr, 0, 16);
+  ASSERT_OK(w.tep.recv({&r, 1}, 2));
+  auto got = w.take(w.tcq);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].cookie, 2u);
+  EXPECT_EQ(0, std::memcmp(in.data(), "early", 5));
+}
+
+TEST_F(Engine, AtomicWriteAndFlushGoToTheTargetAndBack) {
+  World w;
+  w.net->hold(true);
+  ASSERT_OK(w.iep.atomic_write(w.rr, 64, 0x0123456789abcdefULL, 1));
+  // Not covered by a write on this endpoint: a round trip to the target.
+  ASSERT_OK(w.iep.flush(w.rr, 512, 64, FlushType::visibility, 2));
+  w.settle();
+  ASSERT_EQ(w.net->held(), 2u);  // two requests
+  ASSERT_EQ(w.net->deliver(), 2u);
+  w.settle();  // the target's agent answers
+  EXPECT_TRUE(w.take(w.icq).empty()) << "completed before the replies arrived";
+  std::uint64_t v;
+  std::memcpy(&v, w.target_mem.data() + 64, 8);
+  EXPECT_EQ(v, 0x0123456789abcdefULL);
+  ASSERT_EQ(w.net->held(), 2u);  // two replies
+  ASSERT_EQ(w.net->deliver(), 2u);
+  expect_cookies(w.take(w.icq), {1, 2});
+}
+
+TEST_F(Engine, VisibilityFlushCoveredByTheLatestWriteCompletesWithoutAMessage) {
+  World w;
+  w.net->hold(true);
+  Segment s(w.lmr, 0, 128);
+  ASSERT_OK(w.iep.write({&s, 1}, w.rr, 0, 1));
+  ASSERT_OK(w.iep.flush(w.rr, 0, 128, FlushType::visibility, 2));
+  w.settle();
+  EXPECT_EQ(w.net->held(), 1u);  // the write only
+  EXPECT_TRUE(w.take(w.icq).empty()) << "the flush completed before the write";
+  ASSERT_EQ(w.net->deliver(), 1u);
+  expect_cookies(w.take(w.icq), {1, 2});
+  EXPECT_EQ(w.net->held(), 0u);
+}
+
+TEST_F(Engine, TargetRefusalEndsTheConnection) {
+  World w;
+  RemoteRegion forged(w.rr.address(), w.rr.length(), w.rr.key() ^ 1, w.rr.access(), w.rr.persistent());
+  ASSERT_OK(w.iep.flush(forged, 0, 8, FlushType::visibility, 1));
+  auto got = w.take(w.icq);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, make_error_code(Errc::remote_access)) << describe(got);
+  EXPECT_EQ(w.iep.state(), EndpointState::error);
+  World::expect_event(w.iep, ConnectionEventType::lost);
+  // A forged key on a write: refused by the transport at the target.
+  World w2;
+  RemoteRegion forged2(w2.rr.address(), w2.rr.length(), w2.rr.key() ^ 1, w2.rr.access(), false);
+  Segment s(w2.lmr, 0, 8);
+  ASSERT_OK(w2.iep.write({&s, 1}, forged2, 0, 3));
+  got = w2.take(w2.icq);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, make_error_code(Errc::remote_access)) << describe(got);
+  EXPECT_TRUE(std::all_of(w2.target_mem.begin(), w2.target_mem.end(), [](auto b) { return b == World::kFill; }));
+}
+
+TEST_F(Engine, PersistentFlushTheTargetCannotDoArrivesAsNotSupported) {
+  World w;
+  // The descriptor claims persistence the owner never declared.
+  RemoteRegion claims(w.rr.address(), w.rr.length(), w.rr.key(), w.rr.access(), true);
+  ASSERT_OK(w.iep.flush(claims, 0, 64, FlushType::persistent, 1));
+  auto got = w.take(w.icq);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, make_error_code(Errc::not_supported)) << describe(got);
+}
+
+TEST_F(Engine, QueueFullAtTheEndpointAndAtTheTransport) {
+  EndpointOptions io;
+  io.max_outstanding = 4;
+  World w(io);
+  w.net->hold(true);
+  Segment s(w.lmr, 0, 8);
+  for (std::uint64_t i = 0; i < 4; ++i) ASSERT_OK(w.iep.write({&s, 1}, w.rr, 8 * i, i));
+  EXPECT_ERR(w.iep.write({&s, 1}, w.rr, 64, 99), Errc::queue_full);
+  w.net->deliver();
+  expect_cookies(w.take(w.icq), {0, 1, 2, 3});
+  // The transport's own queue full (EAGAIN at post).
+  w.net->limit_in_flight(2);
+  ASSERT_OK(w.iep.write({&s, 1}, w.rr, 0, 10));
+  ASSERT_OK(w.iep.write({&s, 1}, w.rr, 8, 11));
+  EXPECT_ERR(w.iep.write({&s, 1}, w.rr, 16, 12), Errc::queue_full);
+  // A fenced operation waiting for the transport is retried, not lost.
+  ASSERT_OK(w.iep.write({&s, 1}, w.rr, 24, 13, PostFlags::fence));
+  w.settle();
+  EXPECT_EQ(w.net->held(), 2u);
+  w.net->deliver();
+  w.settle();  // 10 and 11 complete; the fenced write goes out
+  EXPECT_EQ(w.net->held(), 1u);
+  w.net->deliver();
+  expect_cookies(w.take(w.icq), {10, 11, 13});
+}
+
+TEST_F(Engine, AFlushNeverCompletesLocallyBehindARefusedWrite) {
+  World w;
+  w.net->hold(true);
+  w.net->limit_in_flight(1);
+  Segment s(w.lmr, 0, 8);
+  ASSERT_OK(w.iep.write({&s, 1}, w.rr, 0, 1));
+  Segment big(w.lmr, 0, 100);
+  EXPECT_ERR(w.iep.write({&big, 1}, w.rr, 100, 2), Errc::queue_full);  // the transport is full
+  w.net->deliver();
+  expect_cookies(w.take(w.icq), {1});
+  w.net->limit_in_flight(0);
+  // The refused write never happened: this flush must ask the target.
+  ASSERT_OK(w.iep.flush(w.rr, 100, 100, FlushType::visibility, 3));
+  w.settle();
+  EXPECT_EQ(w.net->held(), 1u) << "the flush completed locally behind a write that was refused";
+  w.net->deliver();
+  w.settle();
+  w.net->deliver();
+  expect_cookies(w.take(w.icq), {3});
+}
+
+TEST_F(Engine, PeerDeathFlushesWhatWasInFlightAndReportsLost) {
+  World w;
+  w.net->hold(true);
+  Segment s(w.lmr, 0, 8);
+  ASSERT_OK(w.iep.write({&s, 1}, w.rr, 0, 1));
+  ASSERT_OK(w.iep.write({&s, 1}, w.rr, 8, 2));
+  w.settle();
+  w.net->cut_all();
+  auto got = w.take(w.icq);
+  ASSERT_EQ(got.size(), 2u) << describe(got);
+  for (const auto& c : got) EXPECT_EQ(c.status, make_error_code(Errc::flushed)) << describe(c);
+  World::expect_event(w.iep, ConnectionEventType::lost);
+  World::expect_event(w.tep, ConnectionEventType::lost);
+  EXPECT_EQ(w.target_mem[0], World::kFill);
+  // Posting afterwards completes at once as flushed.
+  ASSERT_OK(w.iep.write({&s, 1}, w.rr, 0, 3));
+  got = w.take(w.icq);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, make_error_code(Errc::flushed));
+}
+
+TEST_F(Engine, DisconnectSaysGoodbye) {
+  World w;
+  ASSERT_OK(w.iep.disconnect());
+  w.settle();
+  World::expect_event(w.iep, ConnectionEventType::disconnected);
+  World::expect_event(w.tep, ConnectionEventType::disconnected);
+}
+
+TEST_F(Engine, ReadOfADeregisteredRegionIsRefusedAndTouchesNothing) {
+  World w;
+  w.net->hold(true);
+  std::memset(w.local_mem.data(), 0x77, 64);
+  Segment d(w.lmr, 0, 64);
+  ASSERT_OK(w.iep.read({&d, 1}, w.rr, 0, 1));
+  w.settle();
+  w.tmr.close();  // deregistered while the read is on its way
+  w.net->deliver();
+  auto got = w.take(w.icq);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, make_error_code(Errc::remote_access)) << describe(got);
+  EXPECT_EQ(w.local_mem[0], 0x77);
+}
+
+TEST_F(Engine, WriteWithImmediateConsumesAReceive) {
+  World w;
+  Segment r(w.tmr, 3000, 0);
+  ASSERT_OK(w.tep.recv({&r, 1}, 5));
+  Segment s(w.lmr, 0, 32);
+  ASSERT_OK(w.iep.write_imm({&s, 1}, w.rr, 100, 0xCAFE, 6));
+  expect_cookies(w.take(w.icq), {6});
+  auto got = w.take(w.tcq);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].cookie, 5u);
+  EXPECT_EQ(got[0].op, Opcode::recv_write_imm);
+  EXPECT_TRUE(got[0].has_imm);
+  EXPECT_EQ(got[0].imm, 0xCAFEu);
+  EXPECT_EQ(got[0].length, 32u);
+}
+
+// ---------------------------------------------------------------------------
+// A peer that does not follow the protocol, driven through the transport
+// interface. The target ends only that peer's connection (or refuses its
+// Hello) and keeps serving the well-behaved initiator of the World.
+
+struct RawPeer {
+  explicit RawPeer(const std::string& net_name) {
+    FabricOptions fo;
+    fo.provider = mem::kProvider;
+    fo.address = net_name;
+    transport = MUST(remora::backend::Transport::open(fo));
+    domain = MUST(transport->open_domain());
+    conn = MUST(domain->create_connection(nullptr, 64, false));
+    for (auto& b : rx)
+      if (conn->recv(b.bytes, sizeof b.bytes, nullptr, &b.hdr) != 0) throw std::runtime_error("raw recv");
+  }
+  /// The next connection-management event for this peer, if any.
+  std::optional<CmEvent> event() {
+    CmEvent ev;
+    if (!domain->next_cm_event(ev)) return std::nullopt;
+    return ev;
+  }
+  struct Buffer {
+    remora::backend::OpSlotHeader hdr;
+    std::uint8_t bytes[256];
+  };
+  std::shared_ptr<remora::backend::Transport> transport;
+  std::unique_ptr<remora::backend::Domain> domain;
+  std::unique_ptr<remora::backend::Connection> conn;
+  Buffer rx[4];
+};
+
+/// Connect a raw peer with `hello` into a fresh target endpoint of `w`.
+struct RawSession {
+  RawSession(World& w, std::span<const std::uint8_t> hello) : peer(w.name) {
+    EndpointOptions o;
+    o.send_cq = &w.tcq;
+    ep = MUST(w.tz.create_endpoint(o));
+    MUST(peer.conn->connect(w.name, w.lis.port(), hello));
+    w.settle();
+  }
+  RawPeer peer;
+  Endpoint ep;
+};
+
+void expect_world_still_serves(World& w) {
+  std::memset(w.local_mem.data(), 0x42, 16);
+  Segment s(w.lmr, 0, 16);
+  ASSERT_OK(w.iep.write({&s, 1}, w.rr, 1024, 100));
+  ASSERT_OK(w.iep.flush(w.rr, 2048, 8, FlushType::visibility, 101));
+  expect_cookies(w.take(w.icq), {100, 101});
+  EXPECT_EQ(w.target_mem[1024], 0x42);
+  EXPECT_EQ(w.iep.state(), EndpointState::connected);
+}
+
+TEST_F(Engine, MalformedHelloIsRefused) {
+  World w;
+  const std::vector<std::vector<std::uint8_t>> hellos = {
+      {},                                              // none
+      std::vector<std::uint8_t>(8, 0),                 // truncated
+      std::vector<std::uint8_t>(16, 0x55),             // another magic
+      wire::make_hello(4096, {}),                      // (patched below: another version)
+  };
+  for (std::size_t i = 0; i < hellos.size(); ++i) {
+    auto hello = hellos[i];
+    if (i == 3) hello[4] = static_cast<std::uint8_t>(wire::kVersion + 1);
+    RawSession raw(w, hello);
+    auto req = w.lis.next_request(0ms);
+    EXPECT_FALSE(req.ok()) << "hello " << i << " became a connection request";
+    auto ev = raw.peer.event();
+    ASSERT_TRUE(ev.has_value()) << "hello " << i;
+    EXPECT_EQ(ev->kind, CmEvent::error) << "hello " << i;
+    EXPECT_EQ(ev->err, ECONNREFUSED) << "hello " << i;
+    expect_world_still_serves(w);
+  }
+}
+
+struct Malformed {
+  const char* name;
+  std::uint64_t data;                // kind and immediate
+  std::vector<std::uint8_t> bytes;   // payload
+};
+
+std::vector<std::uint8_t> ctl_bytes(wire::Ctl c, std::size_t len = sizeof(wire::Ctl)) {
+  std::vector<std::uint8_t> b(sizeof c);
+  std::memcpy(b.data(), &c, sizeof c);
+  b.resize(len);
+  return b;
+}
+
+TEST_F(Engine, MalformedMessagesEndOnlyThatConnection) {
+  World w;
+  wire::Ctl flush = wire::make_ctl(wire::op_flush, w.rr.key(), w.rr.address(), 8);
+  wire::Ctl bad_magic = flush;
+  bad_magic.magic ^= 0xFF;
+  const std::vector<Malformed> cases = {
+      {"truncated control request", wire::data(wire::ctl_request), ctl_bytes(flush, 40)},
+      {"oversized control request", wire::data(wire::ctl_request), ctl_bytes(flush, 56)},
+      {"control request of another magic", wire::data(wire::ctl_request), ctl_bytes(bad_magic)},
+      {"truncated control reply", wire::data(wire::ctl_reply), ctl_bytes(flush, 20)},
+      {"empty control request", wire::data(wire::ctl_request), {}},
+      {"acknowledgement with a payload", wire::ack_data(0), {1, 2, 3}},
+      {"unknown message kind", std::uint64_t{0x7f} << 56, {9}},
+      {"kind zero", 0, {}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    RawSession raw(w, wire::make_hello(4096, {}));
+    auto req = MUST(w.lis.next_request(0ms));
+    MUST(req.accept(raw.ep));
+    w.settle();
+    auto ev = raw.peer.event();
+    ASSERT_TRUE(ev.has_value());
+    ASSERT_EQ(ev->kind, CmEvent::connected);
+    World::expect_event(raw.ep, ConnectionEventType::established);
+    ASSERT_EQ(raw.peer.conn->inject(c.bytes.data(), c.bytes.size(), c.data), 0);
+    w.settle();
+    EXPECT_EQ(raw.ep.state(), EndpointState::error);
+    World::expect_event(raw.ep, ConnectionEventType::lost);
+    ev = raw.peer.event();
+    ASSERT_TRUE(ev.has_value()) << "the peer was not disconnected";
+    EXPECT_EQ(ev->kind, CmEvent::shutdown);
+    expect_world_still_serves(w);
+  }
+}
+
+TEST_F(Engine, WriteWithDataOfAnotherKindEndsThatConnection) {
+  World w;
+  RawSession raw(w, wire::make_hello(4096, {}));
+  auto req = MUST(w.lis.next_request(0ms));
+  MUST(req.accept(raw.ep));
+  w.settle();
+  ASSERT_TRUE(raw.peer.event().has_value());
+  std::uint8_t bytes[8] = {};
+  remora::backend::Iov v{bytes, sizeof bytes, nullptr};
+  World::expect_event(raw.ep, ConnectionEventType::established);
+  ASSERT_EQ(raw.peer.conn->write({&v, 1}, w.rr.address(), w.rr.key(), true, wire::data(wire::user_msg), nullptr), 0);
+  w.settle();
+  EXPECT_EQ(raw.ep.state(), EndpointState::error);
+  World::expect_event(raw.ep, ConnectionEventType::lost);
+  expect_world_still_serves(w);
+}
+
+TEST_F(Engine, UnknownOperationOrFlushTypeIsAnsweredNotSupported) {
+  World w;
+  RawSession raw(w, wire::make_hello(4096, {}));
+  auto req = MUST(w.lis.next_request(0ms));
+  MUST(req.accept(raw.ep));
+  w.settle();
+  ASSERT_TRUE(raw.peer.event().has_value());
+  wire::Ctl unknown_op = wire::make_ctl(static_cast<wire::CtlOp>(0x42), w.rr.key(), w.rr.address(), 8);
+  unknown_op.token = 0x1111;
+  wire::Ctl unknown_flush = wire::make_ctl(wire::op_flush, w.rr.key(), w.rr.address(), 8);
+  unknown_flush.flush_type = 7;
+  unknown_flush.token = 0x2222;
+  for (const auto& m : {unknown_op, unknown_flush}) {
+    auto b = ctl_bytes(m);
+    ASSERT_EQ(raw.peer.conn->inject(b.data(), b.size(), wire::data(wire::ctl_request)), 0);
+  }
+  w.settle();
+  CqEntry e[4];
+  ASSERT_EQ(raw.peer.conn->poll(e), 2);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(wire::kind_of(e[i].data), wire::ctl_reply);
+    ASSERT_EQ(e[i].len, sizeof(wire::Ctl));
+    wire::Ctl rep;
+    std::memcpy(&rep, static_cast<RawPeer::Buffer*>(static_cast<void*>(e[i].context))->bytes, sizeof rep);
+    EXPECT_EQ(rep.token, i == 0 ? 0x1111u : 0x2222u);
+    EXPECT_EQ(rep.status, static_cast<std::uint16_t>(Errc::not_supported));
+  }
+  EXPECT_EQ(raw.ep.state(), EndpointState::connected);
+  EXPECT_EQ(w.target_mem[0], World::kFill);
+  expect_world_still_serves(w);
+}
+
+TEST_F(Engine, ReplyToNothingIsIgnored) {
+  World w;
+  RawSession raw(w, wire::make_hello(4096, {}));
+  auto req = MUST(w.lis.next_request(0ms));
+  MUST(req.accept(raw.ep));
+  w.settle();
+  ASSERT_TRUE(raw.peer.event().has_value());
+  // Our World's initiator is the one with slots; a stray reply on the raw
+  // connection names a slot the target endpoint never used.
+  wire::Ctl stray = wire::make_ctl(wire::op_flush, 0, 0, 0);
+  stray.token = 3;
+  auto b = ctl_bytes(stray);
+  ASSERT_EQ(raw.peer.conn->inject(b.data(), b.size(), wire::data(wire::ctl_reply)), 0);
+  w.settle();
+  EXPECT_EQ(raw.ep.state(), EndpointState::connected);
+  EXPECT_TRUE(w.take(w.tcq).empty());
+}
+
+}  // namespace
