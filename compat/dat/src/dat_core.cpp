@@ -15,7 +15,9 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "dat_dto_status.hpp"
 #include "dat_internal.hpp"
+#include "dat_registry.hpp"
 
 namespace remora_dat {
 
@@ -97,20 +99,8 @@ DAT_RETURN from_errc(std::error_code ec, DAT_UINT32 handle_sub) {
   }
 }
 
-DAT_DTO_COMPLETION_STATUS dto_status(std::error_code ec) {
-  if (!ec) return DAT_DTO_SUCCESS;
-  if (ec.category() != remora::remora_category()) return DAT_DTO_ERR_TRANSPORT;
-  using remora::Errc;
-  switch (static_cast<Errc>(ec.value())) {
-    case Errc::flushed: return DAT_DTO_ERR_FLUSHED;
-    case Errc::remote_access: return DAT_DTO_ERR_REMOTE_ACCESS;
-    case Errc::length_error: return DAT_DTO_ERR_LOCAL_LENGTH;
-    case Errc::privileges:
-    case Errc::zone_mismatch: return DAT_DTO_ERR_LOCAL_PROTECTION;
-    case Errc::not_connected: return DAT_DTO_ERR_FLUSHED;
-    default: return DAT_DTO_ERR_TRANSPORT;
-  }
-}
+// The table is in dat_dto_status.hpp (tests/test_dto_status.cpp checks it).
+DAT_DTO_COMPLETION_STATUS dto_status(std::error_code ec) { return dto_status_of(ec); }
 
 remora::Access to_access(DAT_MEM_PRIV_FLAGS p) {
   using remora::Access;
@@ -171,11 +161,8 @@ std::vector<std::string> ipv4_ifaces() {
   return out;
 }
 
-struct ConfEntry {
-  std::string name, api, ia_params;
-};
+}  // namespace
 
-/// Split a dat.conf line into fields; "quoted strings" are one field.
 std::vector<std::string> conf_fields(const std::string& line) {
   std::vector<std::string> out;
   std::size_t i = 0;
@@ -195,13 +182,10 @@ std::vector<std::string> conf_fields(const std::string& line) {
   return out;
 }
 
-std::vector<ConfEntry> conf_entries() {
+std::vector<ConfEntry> parse_conf(std::istream& in) {
   std::vector<ConfEntry> out;
-  const char* path = std::getenv("DAT_OVERRIDE");
-  if (!path || !*path) return out;
-  std::ifstream f(path);
   std::string line;
-  while (std::getline(f, line)) {
+  while (std::getline(in, line)) {
     auto v = conf_fields(line);
     // ia_name api_version thread_safety default lib_path provider_version ia_params [platform_params]
     if (v.size() < 7) continue;
@@ -209,6 +193,15 @@ std::vector<ConfEntry> conf_entries() {
     out.push_back({v[0], v[1], v[6]});
   }
   return out;
+}
+
+namespace {
+
+std::vector<ConfEntry> conf_entries() {
+  const char* path = std::getenv("DAT_OVERRIDE");
+  if (!path || !*path) return {};
+  std::ifstream f(path);
+  return parse_conf(f);
 }
 
 bool parse_ofi_name(const std::string& name, IaName* out) {

@@ -629,11 +629,18 @@ int rpma_cq_get_wc(struct rpma_cq* cq, int num_entries, struct ibv_wc* wc, int* 
     if (!c[i].status) {
       w.status = IBV_WC_SUCCESS;
     } else {
+      // vendor_err keeps the exact remora::Errc. The target's reasons for a
+      // failed operation map to the responder errors of verbs: a refusal
+      // (key, bounds, privilege) is a remote access error, a PERSISTENT flush
+      // whose write-back failed there a remote operational error, and an
+      // operation the target cannot carry out (a PERSISTENT flush to a
+      // region it holds as not persistent) a remote invalid request.
       w.vendor_err = static_cast<std::uint32_t>(c[i].status.value());
       if (c[i].status == Errc::flushed) w.status = IBV_WC_WR_FLUSH_ERR;
       else if (c[i].status == Errc::remote_access) w.status = IBV_WC_REM_ACCESS_ERR;
       else if (c[i].status == Errc::length_error) w.status = IBV_WC_LOC_LEN_ERR;
       else if (c[i].status == Errc::io_error) w.status = IBV_WC_REM_OP_ERR;
+      else if (c[i].status == Errc::not_supported) w.status = IBV_WC_REM_INV_REQ_ERR;
       else w.status = IBV_WC_GENERAL_ERR;
     }
     w.byte_len = static_cast<std::uint32_t>(c[i].length);
