@@ -47,10 +47,13 @@ struct FileRegion {
   }
 };
 
-void flush_with_msync_failing(int err) {
+void flush_with_msync_failing(int err, bool mapped_by_remora = false) {
   Pair p;
   FileRegion file;
-  auto region = MUST(p.tz.register_memory(file.mem, file.size, Access::all, true));
+  // Either the caller's own shared mapping declared persistent, or a file
+  // Remora maps itself (libpmem2, page granularity on a non-DAX file).
+  auto region = mapped_by_remora ? MUST(p.tz.map_file(file.path, file.size, Access::all))
+                                 : MUST(p.tz.register_memory(file.mem, file.size, Access::all, true));
   auto remote = MUST(region.remote());
   Segment s(p.lmr, 0, 64);
   std::memset(p.local_mem.data(), 0x3C, 64);
@@ -76,5 +79,6 @@ void flush_with_msync_failing(int err) {
 
 TEST(PersistErrors, FlushReportsIoErrorWhenWriteBackFailsWithEio) { flush_with_msync_failing(EIO); }
 TEST(PersistErrors, FlushReportsIoErrorWhenTheRangeIsNoLongerMapped) { flush_with_msync_failing(ENOMEM); }
+TEST(PersistErrors, FlushOfAMappedFileReportsIoErrorWhenWriteBackFails) { flush_with_msync_failing(EIO, true); }
 
 }  // namespace
