@@ -1,4 +1,5 @@
-// Endpoint: the synchronous checks of DESIGN.md, then hand-off to the engine.
+// Endpoint: the synchronous checks (docs/design.md, "Checks at post time"),
+// then hand-off to the engine.
 #include <cstring>
 #include <optional>
 

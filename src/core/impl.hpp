@@ -381,7 +381,7 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   void close() noexcept;
 };
 
-/// The zone's progress engine (see DESIGN.md, "The target agent").
+/// The zone's progress engine (docs/design.md, "The target agent").
 class Agent : public std::enable_shared_from_this<Agent> {
  public:
   Agent(ZoneImpl* zone, bool busy_poll);

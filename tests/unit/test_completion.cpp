@@ -214,7 +214,8 @@ TEST_F(Completions, UnsignalledWriteWithForgedKeyIsReported) {
 }
 
 TEST_F(Completions, StateIsErrorOnceTheFailedCompletionIsSeen) {
-  // DESIGN.md: a remote error completes the operation with remote_access and
+  // docs/design.md, "What a failed operation does to the endpoint": a remote
+  // error completes the operation with remote_access and
   // moves the endpoint to its error state. A caller that has taken that
   // completion must not still see `connected`.
   int seen_connected = 0;

@@ -1,4 +1,4 @@
-// Endpoint: the synchronous checks of DESIGN.md ("Local and remote errors"),
+// Endpoint: the synchronous checks (docs/design.md, "Checks at post time"),
 // each on an otherwise valid operation of a connected pair, and what must not
 // happen when a check fails (no completion, no target change, still connected).
 #include <limits>
