@@ -1,8 +1,25 @@
 #!/usr/bin/env bash
-# The whole test suite (unit, two-process integration, network namespaces,
-# examples, tools). Usage: scripts/test.sh [BUILD_DIR]
+# The whole test suite.
+#   scripts/test.sh              # plain build: unit, two-process integration,
+#                                # network namespaces, examples, tools; then the
+#                                # same suite under ASan+UBSan (build-asan) and
+#                                # every fuzz target for 15 s (build-fuzz)
+#   scripts/test.sh BUILD_DIR    # the ctest suite of BUILD_DIR only
+# REMORA_QUICK=1 runs the plain suite only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${1:-build}
-cd "$build"
-ctest --output-on-failure -j"${REMORA_TEST_JOBS:-2}" --timeout 600
+if [ $# -ge 1 ]; then
+  cd "$1"
+  exec ctest --output-on-failure -j"${REMORA_TEST_JOBS:-2}" --timeout 600
+fi
+t0=$(date +%s)
+(cd build && ctest --output-on-failure -j"${REMORA_TEST_JOBS:-2}" --timeout 600)
+t1=$(date +%s)
+echo "test: plain suite passed in $((t1 - t0)) s"
+[ "${REMORA_QUICK:-}" = 1 ] && exit 0
+bash scripts/sanitize.sh address
+t2=$(date +%s)
+echo "test: ASan+UBSan build and suite passed in $((t2 - t1)) s"
+REMORA_FUZZ_SKIP_SETUP=1 bash scripts/fuzz.sh "${REMORA_FUZZ_SECONDS:-15}"
+t3=$(date +%s)
+echo "test: fuzzing passed in $((t3 - t2)) s; everything in $((t3 - t0)) s"

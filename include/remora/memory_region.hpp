@@ -49,6 +49,10 @@ class MemoryRegion {
   std::shared_ptr<detail::RegionImpl> impl_;
 };
 
+/// The most segments one operation's gather or scatter list may have (fewer
+/// when the provider allows fewer: Endpoint::max_segments).
+inline constexpr std::size_t kMaxSegments = 8;
+
 /// One entry of a gather or scatter list: `length` bytes at `address`, which
 /// must lie inside `region`.
 struct Segment {

@@ -46,6 +46,10 @@ class ProtectionZone {
   /// and register the mapping as a persistent region (cache flush on DAX,
   /// msync otherwise). The mapping lives as long as the region.
   Result<MemoryRegion> map_file(const std::string& path, std::size_t len, Access access);
+  /// A completion queue of this zone. It is unbounded: it never drops or
+  /// refuses a completion (the endpoints' max_outstanding and max_recv bound
+  /// what can be pending); `capacity_hint` is accepted and not used.
+  /// Errors: invalid_handle.
   Result<CompletionQueue> create_cq(std::size_t capacity_hint = 256);
   /// Errors: invalid_argument (capacity 0 or above 65536), invalid_handle.
   Result<SharedReceiveQueue> create_srq(std::uint32_t capacity = 256);

@@ -13,7 +13,7 @@ using detail::OpSlot;
 namespace wire = detail::wire;
 
 struct Checked {
-  backend::Iov iov[8];
+  backend::Iov iov[kMaxSegments];
   std::size_t count = 0;
   std::uint64_t total = 0;
 };
@@ -21,7 +21,7 @@ struct Checked {
 /// Local segment checks: handle, zone, bounds, privilege.
 Result<Checked> check_segments(const std::shared_ptr<detail::ZoneImpl>& zone, std::span<const Segment> segs,
                                Access need) {
-  const std::size_t limit = std::min<std::size_t>(8, zone->fabric->transport->info().max_segments);
+  const std::size_t limit = std::min(kMaxSegments, zone->fabric->transport->info().max_segments);
   if (segs.size() > limit) return Errc::invalid_argument;
   Checked out;
   for (const Segment& s : segs) {
@@ -162,7 +162,7 @@ std::uint64_t Endpoint::id() const noexcept { return impl_ ? impl_->id : 0; }
 EndpointState Endpoint::state() const noexcept { return impl_ ? impl_->state.load() : EndpointState::disconnected; }
 
 std::size_t Endpoint::max_segments() const noexcept {
-  return impl_ ? std::min<std::size_t>(8, impl_->zone->fabric->transport->info().max_segments) : 0;
+  return impl_ ? std::min(kMaxSegments, impl_->zone->fabric->transport->info().max_segments) : 0;
 }
 
 std::size_t Endpoint::peer_max_message() const noexcept {

@@ -249,7 +249,7 @@ struct OpSlot {
   /// on the endpoint has completed.
   bool waits_for_earlier() const noexcept { return fence || kind == Kind::local; }
   // Operation description, kept for deferred (fenced) posting.
-  backend::Iov iov[8];
+  backend::Iov iov[kMaxSegments];
   std::size_t iov_count = 0;
   std::uint64_t raddr = 0, rkey = 0, data = 0;
   bool with_data = false;

@@ -629,7 +629,7 @@ class MemTransport final : public Transport {
     info_.fabric_name = kProvider;
     info_.domain_name = net_->name();
     info_.address = net_->name();
-    info_.max_segments = 8;
+    info_.max_segments = kMaxSegments;
     info_.max_message = std::size_t{1} << 30;
     info_.inject_size = MemConnection::kInjectSize;
     info_.virtual_addressing = true;

@@ -116,7 +116,7 @@ class OfiTransport;
 
 class OfiConnection final : public Connection {
  public:
-  static constexpr std::size_t kMaxIov = 8;
+  static constexpr std::size_t kMaxIov = kMaxSegments;
 
   explicit OfiConnection(fid_fabric* fabric) : fabric_(fabric) {}
   ~OfiConnection() override {

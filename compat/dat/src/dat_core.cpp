@@ -375,7 +375,7 @@ DAT_RETURN dat_ia_query(DAT_IA_HANDLE h, DAT_EVD_HANDLE* async_evd, DAT_IA_ATTR_
   if ((provider_mask & DAT_PROVIDER_FIELD_ALL) == 0) p = nullptr;
   const auto& info = ia->fabric.info();
   if (async_evd) *async_evd = ia->async_evd.get();
-  const DAT_COUNT segs = static_cast<DAT_COUNT>(std::min<std::size_t>(8, info.max_segments ? info.max_segments : 8));
+  const DAT_COUNT segs = static_cast<DAT_COUNT>(std::min(remora::kMaxSegments, info.max_segments ? info.max_segments : remora::kMaxSegments));
   if (a) {
     std::memset(a, 0, sizeof *a);
     std::snprintf(a->adapter_name, sizeof a->adapter_name, "%s", ia->name.c_str());

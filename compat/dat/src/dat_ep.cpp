@@ -11,7 +11,7 @@
 namespace remora_dat {
 namespace {
 
-constexpr DAT_COUNT kMaxIov = 8;
+constexpr auto kMaxIov = static_cast<DAT_COUNT>(remora::kMaxSegments);
 constexpr DAT_UINT32 kFlagMask = 0x1F;
 
 /// The TCP port of a connection qualifier. Qualifiers of 16 bits are the
