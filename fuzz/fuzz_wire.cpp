@@ -1,4 +1,4 @@
-// fuzz/fuzz_wire.cpp - the connection protocol's parsers (src/core/wire.cpp):
+// fuzz/fuzz_wire.cpp - the connection protocol's parsers (src/core/protocol/wire.cpp):
 // the Hello at the start of connection private data, the 48-byte control
 // messages, and the decoding of the 64-bit immediate data of messages,
 // writes with immediate and receive acknowledgements.

@@ -331,9 +331,9 @@ TEST(Connections, DisconnectFlushesOutstandingOperations) {
   if (!not_flushed.empty() || events != "disconnected") {
     FAIL() << "Endpoint::disconnect() with operations outstanding reports events [" << events
                  << "] (want [disconnected]) and completions not flushed:" << not_flushed
-                 << ". src/core/endpoint.cpp Endpoint::disconnect() (about line 230) drains the CQ after "
+                 << ". src/core/handles/endpoint.cpp Endpoint::disconnect() drains the CQ after "
                     "conn->shutdown() while the state is still `connected`, so EndpointImpl::handle() "
-                    "(src/core/connection.cpp, about line 225) takes the provider's cancellation entries "
+                    "(src/core/engine/engine.cpp, EndpointImpl::handle) takes the provider's cancellation entries "
                     "(ECANCELED) as remote failures: remote_access status + fail(lost). Fix: set the state "
                     "to disconnected before the drain (or skip the drain and let flush_all() complete "
                     "every slot as flushed).";

@@ -217,7 +217,7 @@ TEST_P(TargetFaults, RefusedAtTargetWithoutTouchingMemory) {
     // reaching past the grant was flushed.
     FAIL() << "a VISIBILITY flush of [len-2048, len+2048) through a descriptor whose length was "
                     "forged 4 KiB longer completed successfully (want remote_access, endpoint error). "
-                    "Endpoint::flush (src/core/endpoint.cpp) implements VISIBILITY on remote-readable "
+                    "Endpoint::flush (src/core/handles/endpoint.cpp) implements VISIBILITY on remote-readable "
                     "regions as a 1-byte read at min(off, length-1), so the target checks one byte, not "
                     "the range; the agent path checked [addr, addr+len). Fix: read the last byte of the "
                     "range (off+len-1) as well (or instead), or keep the agent path when len > 1.";

@@ -264,7 +264,7 @@ TEST_F(Operations, WriteWithImmediateConsumesTargetReceive) {
   // that is the length of the write (as ibv_wc.byte_len and librpma report).
   if (placed != "4000") {
     FAIL() << "recv_write_imm completion reports length " << placed
-                 << " instead of the 4000 bytes the write placed: src/core/connection.cpp "
+                 << " instead of the 4000 bytes the write placed: src/core/engine/engine.cpp "
                     "EndpointImpl::handle() copies CqEntry::len, which libfabric tcp leaves 0 for "
                     "FI_REMOTE_CQ_DATA write events";
   }

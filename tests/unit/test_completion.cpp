@@ -114,7 +114,7 @@ TEST_F(Completions, WriteWithImmediateReportsItsLengthAtTheTarget) {
   if (t[0].length != 40u)
     FAIL() << "recv_write_imm completion reports length " << t[0].length
                  << " for a 40-byte write (Completion::length is 'bytes transferred'); "
-                    "connection.cpp EndpointImpl::handle() copies the transport's len, which tcp leaves 0";
+                    "engine/engine.cpp EndpointImpl::handle() copies the transport's len, which tcp leaves 0";
   EXPECT_EQ(t[0].length, 40u);
 }
 
@@ -237,7 +237,7 @@ TEST_F(Completions, StateIsErrorOnceTheFailedCompletionIsSeen) {
   }
   if (seen_connected > 0)
     FAIL() << "Endpoint::state() was still `connected` after the remote_access completion had been "
-                    "taken (" << seen_connected << " of " << kRounds << " rounds): connection.cpp handle_reply() and "
+                    "taken (" << seen_connected << " of " << kRounds << " rounds): protocol/protocol.cpp handle_reply() and "
                     "handle() push the completion (complete()) before fail() sets state = error";
 }
 

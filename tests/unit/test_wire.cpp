@@ -1,4 +1,4 @@
-// The connection Hello (src/core/wire.cpp): what parse_hello accepts, and
+// The connection Hello (src/core/protocol/wire.cpp): what parse_hello accepts, and
 // that a listener refuses a Remora peer of another protocol version.
 #include <thread>
 

@@ -2,7 +2,8 @@
 // and parsed here only (layouts in core/impl.hpp, namespace wire).
 #include <cstring>
 
-#include "core/impl.hpp"
+#include "core/protocol/wire.hpp"
+#include "remora/endpoint.hpp"
 
 namespace remora::detail::wire {
 

@@ -1,6 +1,8 @@
-// EndpointImpl: the per-connection engine. Posting, completion dispatch,
-// software receive matching, the control protocol (atomic write, flush,
-// goodbye) and the target-side checks. Every method here runs with `mu` held.
+// The per-connection engine (EndpointImpl): slots, posting, fences and
+// posting-order completion, completion dispatch, failure and flush,
+// progress and connection events. Every method runs with `mu` held unless it
+// says otherwise. The messages exchanged with the peer are handled in
+// protocol/protocol.cpp, receive matching in engine/receive.cpp.
 #include <cerrno>
 #include <cstring>
 
@@ -73,6 +75,60 @@ void EndpointImpl::repost(OpSlot& s) {
   // that follows flushes everything.
   (void)conn->recv(s.iov[0].addr, s.iov[0].len, s.iov[0].desc, &s.hdr);
 }
+
+Result<void> EndpointImpl::post(const Operation& op, std::uint64_t cookie, PostFlags flags) {
+  EndpointImpl* ep = this;
+  std::lock_guard<std::mutex> lock(ep->mu);
+  if (ep->closed) return Errc::invalid_handle;
+  const EndpointState st = ep->state;
+  if (st == EndpointState::disconnected || st == EndpointState::error) {
+    Completion c;
+    c.cookie = cookie;
+    c.op = op.opcode;
+    c.status = make_error_code(Errc::flushed);
+    c.endpoint_id = ep->id;
+    ep->send_cq->push(std::move(c));
+    return {};
+  }
+  if (st != EndpointState::connected) return Errc::invalid_state;
+  if (op.kind == OpSlot::Kind::send && op.length > ep->peer_max_message) return Errc::length_error;
+  auto idx = ep->take_slot();
+  if (!idx) return idx.error();
+  OpSlot& s = ep->slots[*idx];
+  s.kind = op.kind;
+  if (op.may_complete_locally && ep->last_write_key == op.ctl.key && op.ctl.addr >= ep->last_write_addr &&
+      op.ctl.addr + op.ctl.len <= ep->last_write_addr + ep->last_write_len)
+    s.kind = OpSlot::Kind::local;
+  s.done = Completion{};
+  s.done.cookie = cookie;
+  s.done.op = op.opcode;
+  s.done.length = op.length;
+  s.done.endpoint_id = ep->id;
+  s.signalled = !has(flags, PostFlags::unsignalled);
+  s.fence = has(flags, PostFlags::fence);
+  s.posted = false;
+  s.iov_count = 0;
+  if (op.local) {
+    std::copy(op.local->iov, op.local->iov + op.local->count, s.iov);
+    s.iov_count = op.local->count;
+  }
+  s.raddr = op.raddr;
+  s.rkey = op.rkey;
+  s.with_data = op.with_data;
+  s.data = op.data;
+  s.ctl = op.ctl;
+  ep->order.push_back(*idx);
+  if (auto r = ep->submit(*idx); !r) return r;
+  // Recorded only for a write the engine accepted: a flush may complete
+  // locally behind it (Endpoint::flush), never behind a refused one.
+  if (op.kind == OpSlot::Kind::write) {
+    ep->last_write_key = op.rkey;
+    ep->last_write_addr = op.raddr;
+    ep->last_write_len = op.length;
+  }
+  return {};
+}
+
 
 Result<std::uint32_t> EndpointImpl::take_slot() {
   if (free_slots.empty()) return Errc::queue_full;
@@ -246,212 +302,6 @@ void EndpointImpl::handle(const backend::CqEntry& e) {
     return;
   }
   complete(*s, {});
-}
-
-void EndpointImpl::handle_message(OpSlot& rxs, const backend::CqEntry& e) {
-  // Every message a Remora peer sends carries its kind in the immediate
-  // data; anything else breaks the protocol.
-  if (!(e.flags & backend::kCqRemoteData)) return protocol_violation();
-  const auto* bytes = static_cast<const std::uint8_t*>(rxs.iov[0].addr);
-  switch (wire::kind_of(e.data)) {
-    case wire::user_msg:
-    case wire::user_msg_imm: {
-      Incoming in;
-      in.has_imm = wire::kind_of(e.data) == wire::user_msg_imm;
-      in.imm = static_cast<std::uint32_t>(e.data);
-      in.length = e.len;
-      in.bytes.assign(bytes, bytes + e.len);
-      deliver(std::move(in));
-      ++msgs_handled;
-      return;
-    }
-    case wire::msg_ack:
-      if (e.len != 0) return protocol_violation();
-      handle_ack(wire::ack_count(e.data));
-      return;
-    case wire::ctl_request:
-    case wire::ctl_reply: {
-      wire::Ctl m;
-      const auto check = wire::parse_ctl({bytes, e.len}, m);
-      if (check == wire::CtlCheck::malformed) return protocol_violation();
-      if (wire::kind_of(e.data) == wire::ctl_reply) return handle_reply(m);
-      if (check == wire::CtlCheck::ok) return handle_request(m);
-      // A well-framed request this version cannot carry out (a newer
-      // peer's operation or flush type): answered, not dropped.
-      m.status = static_cast<std::uint16_t>(Errc::not_supported);
-      pending_replies.push_back(m);
-      flush_replies();
-      return;
-    }
-    default: return protocol_violation();
-  }
-}
-
-void EndpointImpl::protocol_violation() {
-  // The peer is not speaking the protocol: the connection ends here (the
-  // peer sees it lost), the zone's other connections are not affected.
-  fail(nullptr, make_error_code(Errc::malformed), ConnectionEventType::lost);
-}
-
-void EndpointImpl::deliver(Incoming in) {
-  in.cq = recv_cq;
-  in.endpoint_id = id;
-  if (srq) {
-    std::lock_guard<std::mutex> lock(srq->mu);
-    srq->queue.arrive(std::move(in));
-    return;
-  }
-  receives.arrive(std::move(in));
-}
-
-namespace {
-
-/// Place `in` into `pr`'s segments and report it on in.cq.
-void complete_receive(const PostedRecv& pr, Incoming& in) {
-  Completion c;
-  c.cookie = pr.cookie;
-  c.op = in.write_imm ? Opcode::recv_write_imm : Opcode::recv;
-  c.imm = in.imm;
-  c.has_imm = in.has_imm;
-  c.endpoint_id = in.endpoint_id;
-  std::size_t copied = 0;
-  for (const auto& v : pr.iov) {
-    if (copied == in.bytes.size()) break;
-    std::size_t n = std::min(v.len, in.bytes.size() - copied);
-    std::memcpy(v.addr, in.bytes.data() + copied, n);
-    copied += n;
-  }
-  if (copied < in.bytes.size()) c.status = make_error_code(Errc::length_error);
-  c.length = in.write_imm ? in.length : copied;
-  in.cq->push(std::move(c));
-}
-
-}  // namespace
-
-void RecvQueue::post(PostedRecv pr) {
-  if (unmatched.empty()) {
-    posted.push_back(std::move(pr));
-    return;
-  }
-  Incoming in = std::move(unmatched.front());
-  unmatched.pop_front();
-  complete_receive(pr, in);
-}
-
-void RecvQueue::arrive(Incoming in) {
-  if (posted.empty()) {
-    unmatched.push_back(std::move(in));
-    return;
-  }
-  PostedRecv pr = std::move(posted.front());
-  posted.pop_front();
-  complete_receive(pr, in);
-}
-
-void EndpointImpl::handle_request(const wire::Ctl& req) {
-  if (req.op == wire::op_bye) {
-    peer_said_bye = true;
-    return;
-  }
-  wire::Ctl rep = req;
-  rep.status = static_cast<std::uint16_t>(Errc::remote_access);
-  {
-    std::shared_lock<std::shared_mutex> lock(zone->regions_mu);
-    auto it = zone->regions.find(req.key);
-    // The agent's checks: a known key, the range inside the region and the
-    // privilege the operation needs. Nothing is touched otherwise.
-    if (it != zone->regions.end()) {
-      RegionImpl& r = *it->second;
-      const void* p = reinterpret_cast<const void*>(req.addr);
-      if (r.contains(p, req.len)) {
-        if (req.op == wire::op_atomic_write && has(r.access, Access::remote_write) && req.len == 8 &&
-            req.addr % 8 == 0) {
-          __atomic_store_n(reinterpret_cast<std::uint64_t*>(req.addr), req.value, __ATOMIC_SEQ_CST);
-          rep.status = 0;
-        } else if (req.op == wire::op_flush &&
-                   (has(r.access, Access::remote_write) || has(r.access, Access::remote_read))) {
-          if (req.flush_type == static_cast<std::uint8_t>(FlushType::persistent)) {
-            auto pr = r.persist(req.addr, req.len);
-            // not_supported: the owner did not declare the region
-            // persistent (the initiator refuses such a flush itself when
-            // its descriptor says so); io_error: the write-back failed.
-            rep.status = pr ? 0
-                            : static_cast<std::uint16_t>(pr.error() == Errc::not_supported ? Errc::not_supported
-                                                                                           : Errc::io_error);
-          } else {
-            // Earlier writes were placed by this CPU before the request was
-            // read from the same ordered connection: they are visible.
-            rep.status = 0;
-          }
-        }
-      }
-    }
-  }
-  pending_replies.push_back(rep);
-  flush_replies();
-}
-
-void EndpointImpl::flush_replies() {
-  while (!pending_replies.empty() && conn) {
-    int rc = conn->inject(&pending_replies.front(), sizeof(wire::Ctl), wire::data(wire::ctl_reply));
-    if (rc == -EAGAIN) return;
-    pending_replies.pop_front();
-  }
-}
-
-void EndpointImpl::flush_acks() {
-  if (!conn || msgs_acked == msgs_handled) return;
-  static const std::uint8_t nothing = 0;
-  // On -EAGAIN the next progress pass tries again; any other failure means
-  // the connection is going away.
-  if (conn->inject(&nothing, 0, wire::ack_data(msgs_handled)) == 0) msgs_acked = msgs_handled;
-}
-
-void EndpointImpl::handle_ack(std::uint64_t count) {
-  if (count <= peer_handled || count > msgs_posted) return;  // stale, or not ours to believe
-  peer_handled = count;
-  while (!unacked.empty()) {
-    auto [index, generation] = unacked.front();
-    OpSlot& s = slots[index];
-    if (s.generation != generation || s.finished) {  // already failed or flushed
-      unacked.pop_front();
-      continue;
-    }
-    if (s.msg_seq > peer_handled) return;
-    unacked.pop_front();
-    // Already finished by the transport (no longer posted): complete it now;
-    // otherwise handle() completes it when the transport does.
-    if (!s.posted) {
-      --in_flight;
-      complete(s, {});
-    }
-  }
-}
-
-void EndpointImpl::handle_reply(const wire::Ctl& rep) {
-  auto idx = static_cast<std::uint32_t>(rep.token);
-  auto gen = static_cast<std::uint32_t>(rep.token >> 32);
-  if (idx >= slots.size()) return;
-  OpSlot& s = slots[idx];
-  if (s.kind != OpSlot::Kind::ctl || s.generation != gen || !s.posted) return;
-  s.posted = false;
-  --in_flight;
-  if (rep.status == 0) {
-    complete(s, {});
-    return;
-  }
-  // The target's reason reaches the caller: a refusal (key, bounds,
-  // privilege), an operation it cannot carry out, or a flush whose
-  // write-back failed. Any other value is taken as a refusal.
-  Errc why = Errc::remote_access;
-  if (rep.status == static_cast<std::uint16_t>(Errc::io_error)) why = Errc::io_error;
-  if (rep.status == static_cast<std::uint16_t>(Errc::not_supported)) why = Errc::not_supported;
-  fail(&s, make_error_code(why), ConnectionEventType::lost);
-}
-
-void EndpointImpl::say_goodbye() noexcept {
-  const wire::Ctl bye = wire::make_ctl(wire::op_bye, 0, 0, 0);
-  (void)conn->inject(&bye, sizeof bye, wire::data(wire::ctl_request));
 }
 
 void EndpointImpl::drain() {

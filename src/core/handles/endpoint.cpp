@@ -12,18 +12,12 @@ using detail::EndpointImpl;
 using detail::OpSlot;
 namespace wire = detail::wire;
 
-struct Checked {
-  backend::Iov iov[kMaxSegments];
-  std::size_t count = 0;
-  std::uint64_t total = 0;
-};
-
 /// Local segment checks: handle, zone, bounds, privilege.
-Result<Checked> check_segments(const std::shared_ptr<detail::ZoneImpl>& zone, std::span<const Segment> segs,
-                               Access need) {
+Result<detail::CheckedSegments> check_segments(const std::shared_ptr<detail::ZoneImpl>& zone,
+                                               std::span<const Segment> segs, Access need) {
   const std::size_t limit = std::min(kMaxSegments, zone->fabric->transport->info().max_segments);
   if (segs.size() > limit) return Errc::invalid_argument;
-  Checked out;
+  detail::CheckedSegments out;
   for (const Segment& s : segs) {
     if (s.region == nullptr || !s.region->valid()) return Errc::invalid_handle;
     const auto& r = *s.region->impl();
@@ -42,103 +36,37 @@ Result<void> check_remote(const RemoteRegion& dst, std::uint64_t offset, std::ui
   return {};
 }
 
-/// Everything needed to fill a slot.
-struct OpSpec {
-  OpSlot::Kind kind;
-  Opcode opcode;
-  const Checked* local = nullptr;
-  std::uint64_t length = 0;
-  std::optional<RemoteRegion> remote;
-  std::uint64_t offset = 0;
-  bool with_data = false;
-  std::uint64_t data = 0;
-  wire::Ctl ctl{};
-  bool local_after_write = false;  // may complete locally (Endpoint::flush)
-};
+enum class Rma { write, write_imm, read };
 
-/// State check, slot, submit. In the disconnected/error states the operation
-/// is reported at once as flushed.
-Result<void> post(EndpointImpl* ep, const OpSpec& op, std::uint64_t cookie, PostFlags flags) {
-  std::lock_guard<std::mutex> lock(ep->mu);
-  if (ep->closed) return Errc::invalid_handle;
-  const EndpointState st = ep->state;
-  if (st == EndpointState::disconnected || st == EndpointState::error) {
-    Completion c;
-    c.cookie = cookie;
-    c.op = op.opcode;
-    c.status = make_error_code(Errc::flushed);
-    c.endpoint_id = ep->id;
-    ep->send_cq->push(std::move(c));
-    return {};
-  }
-  if (st != EndpointState::connected) return Errc::invalid_state;
-  if (op.kind == OpSlot::Kind::send && op.length > ep->peer_max_message) return Errc::length_error;
-  auto idx = ep->take_slot();
-  if (!idx) return idx.error();
-  OpSlot& s = ep->slots[*idx];
-  s.kind = op.kind;
-  if (op.local_after_write && ep->last_write_key == op.ctl.key && op.ctl.addr >= ep->last_write_addr &&
-      op.ctl.addr + op.ctl.len <= ep->last_write_addr + ep->last_write_len)
-    s.kind = OpSlot::Kind::local;
-  s.done = Completion{};
-  s.done.cookie = cookie;
-  s.done.op = op.opcode;
-  s.done.length = op.length;
-  s.done.endpoint_id = ep->id;
-  s.signalled = !has(flags, PostFlags::unsignalled);
-  s.fence = has(flags, PostFlags::fence);
-  s.posted = false;
-  s.iov_count = 0;
-  if (op.local) {
-    std::copy(op.local->iov, op.local->iov + op.local->count, s.iov);
-    s.iov_count = op.local->count;
-  }
-  if (op.remote) {
-    s.raddr = op.remote->address() + op.offset;
-    s.rkey = op.remote->key();
-  }
-  s.with_data = op.with_data;
-  s.data = op.data;
-  s.ctl = op.ctl;
-  ep->order.push_back(*idx);
-  if (auto r = ep->submit(*idx); !r) return r;
-  // Recorded only for a write the engine accepted: a flush may complete
-  // locally behind it (Endpoint::flush), never behind a refused one.
-  if (op.kind == OpSlot::Kind::write) {
-    ep->last_write_key = op.remote->key();
-    ep->last_write_addr = op.remote->address() + op.offset;
-    ep->last_write_len = op.length;
-  }
-  return {};
-}
-
-Result<void> rma(EndpointImpl* ep, bool is_write, std::span<const Segment> segs, const RemoteRegion& r,
-                 std::uint64_t off, bool with_imm, std::uint32_t imm, std::uint64_t cookie, PostFlags flags) {
+Result<void> rma(EndpointImpl* ep, Rma what, std::span<const Segment> segs, const RemoteRegion& r, std::uint64_t off,
+                 std::uint32_t imm, std::uint64_t cookie, PostFlags flags) {
   if (ep == nullptr) return Errc::invalid_handle;
-  auto local = check_segments(ep->zone, segs, is_write ? Access::local_read : Access::local_write);
+  const bool write = what != Rma::read;
+  auto local = check_segments(ep->zone, segs, write ? Access::local_read : Access::local_write);
   if (!local) return local.error();
-  if (auto c = check_remote(r, off, local->total, is_write ? Access::remote_write : Access::remote_read); !c)
+  if (auto c = check_remote(r, off, local->total, write ? Access::remote_write : Access::remote_read); !c)
     return c.error();
-  OpSpec op{is_write ? OpSlot::Kind::write : OpSlot::Kind::read, is_write ? Opcode::write : Opcode::read};
+  detail::Operation op{write ? OpSlot::Kind::write : OpSlot::Kind::read, write ? Opcode::write : Opcode::read};
   op.local = &*local;
   op.length = local->total;
-  op.remote = r;
-  op.offset = off;
-  op.with_data = with_imm;
-  op.data = with_imm ? wire::write_imm_data(imm, local->total) : 0;
-  return post(ep, op, cookie, flags);
+  op.raddr = r.address() + off;
+  op.rkey = r.key();
+  op.with_data = what == Rma::write_imm;
+  op.data = op.with_data ? wire::write_imm_data(imm, local->total) : 0;
+  return ep->post(op, cookie, flags);
 }
 
-Result<void> message(EndpointImpl* ep, std::span<const Segment> segs, bool with_imm, std::uint32_t imm,
+/// A send; `imm` set: with immediate data.
+Result<void> message(EndpointImpl* ep, std::span<const Segment> segs, std::optional<std::uint32_t> imm,
                      std::uint64_t cookie, PostFlags flags) {
   if (ep == nullptr) return Errc::invalid_handle;
   auto local = check_segments(ep->zone, segs, Access::local_read);
   if (!local) return local.error();
-  OpSpec op{OpSlot::Kind::send, Opcode::send};
+  detail::Operation op{OpSlot::Kind::send, Opcode::send};
   op.local = &*local;
   op.length = local->total;
-  op.data = with_imm ? wire::data(wire::user_msg_imm, imm) : wire::data(wire::user_msg);
-  return post(ep, op, cookie, flags);
+  op.data = imm ? wire::data(wire::user_msg_imm, *imm) : wire::data(wire::user_msg);
+  return ep->post(op, cookie, flags);
 }
 
 }  // namespace
@@ -237,26 +165,26 @@ Result<void> Endpoint::disconnect() {
 
 Result<void> Endpoint::write(std::span<const Segment> src, const RemoteRegion& dst, std::uint64_t off,
                              std::uint64_t cookie, PostFlags flags) {
-  return rma(impl_.get(), true, src, dst, off, false, 0, cookie, flags);
+  return rma(impl_.get(), Rma::write, src, dst, off, 0, cookie, flags);
 }
 
 Result<void> Endpoint::write_imm(std::span<const Segment> src, const RemoteRegion& dst, std::uint64_t off,
                                  std::uint32_t imm, std::uint64_t cookie, PostFlags flags) {
-  return rma(impl_.get(), true, src, dst, off, true, imm, cookie, flags);
+  return rma(impl_.get(), Rma::write_imm, src, dst, off, imm, cookie, flags);
 }
 
 Result<void> Endpoint::read(std::span<const Segment> dst, const RemoteRegion& src, std::uint64_t off,
                             std::uint64_t cookie, PostFlags flags) {
-  return rma(impl_.get(), false, dst, src, off, false, 0, cookie, flags);
+  return rma(impl_.get(), Rma::read, dst, src, off, 0, cookie, flags);
 }
 
 Result<void> Endpoint::send(std::span<const Segment> src, std::uint64_t cookie, PostFlags flags) {
-  return message(impl_.get(), src, false, 0, cookie, flags);
+  return message(impl_.get(), src, std::nullopt, cookie, flags);
 }
 
 Result<void> Endpoint::send_imm(std::span<const Segment> src, std::uint32_t imm, std::uint64_t cookie,
                                 PostFlags flags) {
-  return message(impl_.get(), src, true, imm, cookie, flags);
+  return message(impl_.get(), src, imm, cookie, flags);
 }
 
 Result<void> Endpoint::recv(std::span<const Segment> dst, std::uint64_t cookie) {
@@ -286,11 +214,11 @@ Result<void> Endpoint::atomic_write(const RemoteRegion& dst, std::uint64_t off, 
   if (!impl_) return Errc::invalid_handle;
   if ((dst.address() + off) % 8 != 0) return Errc::invalid_argument;
   if (auto c = check_remote(dst, off, 8, Access::remote_write); !c) return c.error();
-  OpSpec op{OpSlot::Kind::ctl, Opcode::atomic_write};
+  detail::Operation op{OpSlot::Kind::ctl, Opcode::atomic_write};
   op.length = 8;
   op.ctl = wire::make_ctl(wire::op_atomic_write, dst.key(), dst.address() + off, 8);
   op.ctl.value = value;
-  return post(impl_.get(), op, cookie, flags);
+  return impl_->post(op, cookie, flags);
 }
 
 Result<void> Endpoint::flush(const RemoteRegion& dst, std::uint64_t off, std::uint64_t len, FlushType type,
@@ -300,7 +228,7 @@ Result<void> Endpoint::flush(const RemoteRegion& dst, std::uint64_t off, std::ui
   if (auto c = check_remote(dst, off, len, Access::none); !c) return c.error();
   if (dst.access() == Access::none) return Errc::privileges;
   if (type == FlushType::persistent && !dst.persistent()) return Errc::not_supported;
-  OpSpec op{OpSlot::Kind::ctl, Opcode::flush};
+  detail::Operation op{OpSlot::Kind::ctl, Opcode::flush};
   op.length = len;
   op.ctl = wire::make_ctl(wire::op_flush, dst.key(), dst.address() + off, len);
   op.ctl.flush_type = static_cast<std::uint8_t>(type);
@@ -310,8 +238,8 @@ Result<void> Endpoint::flush(const RemoteRegion& dst, std::uint64_t off, std::ui
   // every earlier operation has completed. Any other flush goes to the
   // target agent, which checks key, bounds and privilege of the whole range
   // after every earlier write on the ordered connection has been placed.
-  op.local_after_write = type == FlushType::visibility;
-  return post(impl_.get(), op, cookie, flags);
+  op.may_complete_locally = type == FlushType::visibility;
+  return impl_->post(op, cookie, flags);
 }
 
 Result<void> Endpoint::reset() {

@@ -1,0 +1,65 @@
+// Software receive matching, in order: posted receives meet incoming
+// messages (of an endpoint or of a shared receive queue); whichever comes
+// first waits for the other.
+#include <cstring>
+
+#include "core/impl.hpp"
+
+namespace remora::detail {
+
+void EndpointImpl::deliver(Incoming in) {
+  in.cq = recv_cq;
+  in.endpoint_id = id;
+  if (srq) {
+    std::lock_guard<std::mutex> lock(srq->mu);
+    srq->queue.arrive(std::move(in));
+    return;
+  }
+  receives.arrive(std::move(in));
+}
+
+namespace {
+
+/// Place `in` into `pr`'s segments and report it on in.cq.
+void complete_receive(const PostedRecv& pr, Incoming& in) {
+  Completion c;
+  c.cookie = pr.cookie;
+  c.op = in.write_imm ? Opcode::recv_write_imm : Opcode::recv;
+  c.imm = in.imm;
+  c.has_imm = in.has_imm;
+  c.endpoint_id = in.endpoint_id;
+  std::size_t copied = 0;
+  for (const auto& v : pr.iov) {
+    if (copied == in.bytes.size()) break;
+    std::size_t n = std::min(v.len, in.bytes.size() - copied);
+    std::memcpy(v.addr, in.bytes.data() + copied, n);
+    copied += n;
+  }
+  if (copied < in.bytes.size()) c.status = make_error_code(Errc::length_error);
+  c.length = in.write_imm ? in.length : copied;
+  in.cq->push(std::move(c));
+}
+
+}  // namespace
+
+void RecvQueue::post(PostedRecv pr) {
+  if (unmatched.empty()) {
+    posted.push_back(std::move(pr));
+    return;
+  }
+  Incoming in = std::move(unmatched.front());
+  unmatched.pop_front();
+  complete_receive(pr, in);
+}
+
+void RecvQueue::arrive(Incoming in) {
+  if (posted.empty()) {
+    unmatched.push_back(std::move(in));
+    return;
+  }
+  PostedRecv pr = std::move(posted.front());
+  posted.pop_front();
+  complete_receive(pr, in);
+}
+
+}  // namespace remora::detail

@@ -1,0 +1,163 @@
+// The control protocol at both ends of a connection: incoming messages by
+// kind (wire.hpp), the target's checks and answers to control requests
+// (atomic write, flush, goodbye), replies, receive acknowledgements, and the
+// end of a connection whose peer breaks the protocol. Runs with the
+// endpoint's `mu` held, inside EndpointImpl::progress.
+#include <cstring>
+
+#include "core/impl.hpp"
+
+namespace remora::detail {
+
+void EndpointImpl::handle_message(OpSlot& rxs, const backend::CqEntry& e) {
+  // Every message a Remora peer sends carries its kind in the immediate
+  // data; anything else breaks the protocol.
+  if (!(e.flags & backend::kCqRemoteData)) return protocol_violation();
+  const auto* bytes = static_cast<const std::uint8_t*>(rxs.iov[0].addr);
+  switch (wire::kind_of(e.data)) {
+    case wire::user_msg:
+    case wire::user_msg_imm: {
+      Incoming in;
+      in.has_imm = wire::kind_of(e.data) == wire::user_msg_imm;
+      in.imm = static_cast<std::uint32_t>(e.data);
+      in.length = e.len;
+      in.bytes.assign(bytes, bytes + e.len);
+      deliver(std::move(in));
+      ++msgs_handled;
+      return;
+    }
+    case wire::msg_ack:
+      if (e.len != 0) return protocol_violation();
+      handle_ack(wire::ack_count(e.data));
+      return;
+    case wire::ctl_request:
+    case wire::ctl_reply: {
+      wire::Ctl m;
+      const auto check = wire::parse_ctl({bytes, e.len}, m);
+      if (check == wire::CtlCheck::malformed) return protocol_violation();
+      if (wire::kind_of(e.data) == wire::ctl_reply) return handle_reply(m);
+      if (check == wire::CtlCheck::ok) return handle_request(m);
+      // A well-framed request this version cannot carry out (a newer
+      // peer's operation or flush type): answered, not dropped.
+      m.status = static_cast<std::uint16_t>(Errc::not_supported);
+      pending_replies.push_back(m);
+      flush_replies();
+      return;
+    }
+    default: return protocol_violation();
+  }
+}
+
+void EndpointImpl::protocol_violation() {
+  // The peer is not speaking the protocol: the connection ends here (the
+  // peer sees it lost), the zone's other connections are not affected.
+  fail(nullptr, make_error_code(Errc::malformed), ConnectionEventType::lost);
+}
+
+void EndpointImpl::handle_request(const wire::Ctl& req) {
+  if (req.op == wire::op_bye) {
+    peer_said_bye = true;
+    return;
+  }
+  wire::Ctl rep = req;
+  rep.status = static_cast<std::uint16_t>(Errc::remote_access);
+  {
+    std::shared_lock<std::shared_mutex> lock(zone->regions_mu);
+    auto it = zone->regions.find(req.key);
+    // The agent's checks: a known key, the range inside the region and the
+    // privilege the operation needs. Nothing is touched otherwise.
+    if (it != zone->regions.end()) {
+      RegionImpl& r = *it->second;
+      const void* p = reinterpret_cast<const void*>(req.addr);
+      if (r.contains(p, req.len)) {
+        if (req.op == wire::op_atomic_write && has(r.access, Access::remote_write) && req.len == 8 &&
+            req.addr % 8 == 0) {
+          __atomic_store_n(reinterpret_cast<std::uint64_t*>(req.addr), req.value, __ATOMIC_SEQ_CST);
+          rep.status = 0;
+        } else if (req.op == wire::op_flush &&
+                   (has(r.access, Access::remote_write) || has(r.access, Access::remote_read))) {
+          if (req.flush_type == static_cast<std::uint8_t>(FlushType::persistent)) {
+            auto pr = r.persist(req.addr, req.len);
+            // not_supported: the owner did not declare the region
+            // persistent (the initiator refuses such a flush itself when
+            // its descriptor says so); io_error: the write-back failed.
+            rep.status = pr ? 0
+                            : static_cast<std::uint16_t>(pr.error() == Errc::not_supported ? Errc::not_supported
+                                                                                           : Errc::io_error);
+          } else {
+            // Earlier writes were placed by this CPU before the request was
+            // read from the same ordered connection: they are visible.
+            rep.status = 0;
+          }
+        }
+      }
+    }
+  }
+  pending_replies.push_back(rep);
+  flush_replies();
+}
+
+void EndpointImpl::flush_replies() {
+  while (!pending_replies.empty() && conn) {
+    int rc = conn->inject(&pending_replies.front(), sizeof(wire::Ctl), wire::data(wire::ctl_reply));
+    if (rc == -EAGAIN) return;
+    pending_replies.pop_front();
+  }
+}
+
+void EndpointImpl::flush_acks() {
+  if (!conn || msgs_acked == msgs_handled) return;
+  static const std::uint8_t nothing = 0;
+  // On -EAGAIN the next progress pass tries again; any other failure means
+  // the connection is going away.
+  if (conn->inject(&nothing, 0, wire::ack_data(msgs_handled)) == 0) msgs_acked = msgs_handled;
+}
+
+void EndpointImpl::handle_ack(std::uint64_t count) {
+  if (count <= peer_handled || count > msgs_posted) return;  // stale, or not ours to believe
+  peer_handled = count;
+  while (!unacked.empty()) {
+    auto [index, generation] = unacked.front();
+    OpSlot& s = slots[index];
+    if (s.generation != generation || s.finished) {  // already failed or flushed
+      unacked.pop_front();
+      continue;
+    }
+    if (s.msg_seq > peer_handled) return;
+    unacked.pop_front();
+    // Already finished by the transport (no longer posted): complete it now;
+    // otherwise handle() completes it when the transport does.
+    if (!s.posted) {
+      --in_flight;
+      complete(s, {});
+    }
+  }
+}
+
+void EndpointImpl::handle_reply(const wire::Ctl& rep) {
+  auto idx = static_cast<std::uint32_t>(rep.token);
+  auto gen = static_cast<std::uint32_t>(rep.token >> 32);
+  if (idx >= slots.size()) return;
+  OpSlot& s = slots[idx];
+  if (s.kind != OpSlot::Kind::ctl || s.generation != gen || !s.posted) return;
+  s.posted = false;
+  --in_flight;
+  if (rep.status == 0) {
+    complete(s, {});
+    return;
+  }
+  // The target's reason reaches the caller: a refusal (key, bounds,
+  // privilege), an operation it cannot carry out, or a flush whose
+  // write-back failed. Any other value is taken as a refusal.
+  Errc why = Errc::remote_access;
+  if (rep.status == static_cast<std::uint16_t>(Errc::io_error)) why = Errc::io_error;
+  if (rep.status == static_cast<std::uint16_t>(Errc::not_supported)) why = Errc::not_supported;
+  fail(&s, make_error_code(why), ConnectionEventType::lost);
+}
+
+void EndpointImpl::say_goodbye() noexcept {
+  const wire::Ctl bye = wire::make_ctl(wire::op_bye, 0, 0, 0);
+  (void)conn->inject(&bye, sizeof bye, wire::data(wire::ctl_request));
+}
+
+}  // namespace remora::detail

@@ -1,0 +1,91 @@
+// src/core/protocol/wire.hpp - every message Remora peers exchange, defined
+// once: the connection Hello, the kinds carried in a message's 64-bit
+// immediate data, and the 48-byte control message. Built and parsed in
+// wire.cpp only; docs/design.md, "The wire protocol".
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace remora::detail {
+
+/// Wire formats (little-endian hosts only, as libfabric's tcp provider).
+namespace wire {
+constexpr std::uint32_t kHelloMagic = 0x524d5231;  // "RMR1"
+constexpr std::uint32_t kCtlMagic = 0x524d4331;    // "RMC1"
+struct Hello {
+  std::uint32_t magic;
+  std::uint16_t version;
+  std::uint16_t header_len;
+  std::uint32_t max_message;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(Hello) == 16);
+/// The protocol version a Hello announces. 2: receive-consuming messages
+/// are acknowledged (msg_ack); a peer of another version is refused, since
+/// the two would wait on each other's acknowledgements.
+constexpr std::uint16_t kVersion = 2;
+
+/// Our Hello followed by the user's private data.
+std::vector<std::uint8_t> make_hello(std::uint32_t max_message, std::span<const std::uint8_t> user);
+struct ParsedHello {
+  Hello hello{};
+  std::span<const std::uint8_t> user;  // the private data after the header
+};
+/// The peer's Hello at the start of connection private data, or nothing for
+/// bytes that are not one (short, another magic, a header length outside
+/// [16, size]). The version is the caller's to check.
+std::optional<ParsedHello> parse_hello(std::span<const std::uint8_t> bytes);
+
+enum Kind : std::uint8_t { user_msg = 1, user_msg_imm = 2, ctl_request = 3, ctl_reply = 4, write_imm = 5, msg_ack = 6 };
+inline std::uint64_t data(Kind k, std::uint32_t imm = 0) { return (std::uint64_t{k} << 56) | imm; }
+inline Kind kind_of(std::uint64_t d) { return static_cast<Kind>(d >> 56); }
+// A write with immediate also carries its length in bits 32..55 (the tcp
+// provider reports 0 for it); kLengthUnknown marks writes of 16 MiB or more.
+constexpr std::uint64_t kLengthUnknown = 0xffffff;
+inline std::uint64_t write_imm_data(std::uint32_t imm, std::uint64_t len) {
+  return data(write_imm, imm) | (std::min(len, kLengthUnknown) << 32);
+}
+inline std::uint64_t write_imm_length(std::uint64_t d) { return (d >> 32) & kLengthUnknown; }
+
+// Receive acknowledgement: an empty message whose data carries, in its low
+// 56 bits, how many receive-consuming messages (sends, writes with
+// immediate) of the connection the receiver has handled, i.e. matched with a
+// posted receive (its completion queued) or held for the next one.
+constexpr std::uint64_t kAckCountMask = (std::uint64_t{1} << 56) - 1;
+inline std::uint64_t ack_data(std::uint64_t handled) { return data(msg_ack) | (handled & kAckCountMask); }
+inline std::uint64_t ack_count(std::uint64_t d) { return d & kAckCountMask; }
+
+enum CtlOp : std::uint8_t { op_atomic_write = 1, op_flush = 2, op_bye = 3 };
+struct Ctl {
+  std::uint32_t magic;
+  std::uint8_t op;
+  std::uint8_t flush_type;
+  std::uint16_t status;  // Errc value in replies, 0 = success
+  std::uint64_t token;
+  std::uint64_t key;
+  std::uint64_t addr;
+  std::uint64_t len;
+  std::uint64_t value;
+};
+static_assert(sizeof(Ctl) == 48);
+
+/// How a control message parsed.
+enum class CtlCheck : std::uint8_t {
+  ok,
+  malformed,     // wrong length or magic: not a control message at all
+  unknown_op,    // framed correctly, an operation this version does not know
+  unknown_flush  // a flush of a type this version does not know
+};
+/// Parse a control message (request or reply) of exactly sizeof(Ctl) bytes.
+/// `out` is filled whenever the framing is right (ok, unknown_op,
+/// unknown_flush), so a request can still be answered.
+CtlCheck parse_ctl(std::span<const std::uint8_t> bytes, Ctl& out);
+/// A control request (atomic write, flush, goodbye) ready to send.
+Ctl make_ctl(CtlOp op, std::uint64_t key, std::uint64_t addr, std::uint64_t len);
+}  // namespace wire
+
+}  // namespace remora::detail
