@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/protocol/wire.hpp"
+#include "core/sync.hpp"
 #include "fabric/backend.hpp"
 #include "remora/remora.hpp"
 
@@ -250,37 +251,38 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   std::shared_ptr<SrqImpl> srq;
 
   // Everything below is guarded by mu, including calls into `conn`.
-  std::mutex mu;
+  Mutex mu;
   std::atomic<EndpointState> state{EndpointState::unconnected};
-  std::unique_ptr<backend::Connection> conn;
-  std::vector<OpSlot> slots;
-  std::vector<std::uint32_t> free_slots;
-  std::uint32_t in_flight = 0;         // posted to the transport, not yet completed
-  std::deque<std::uint32_t> deferred;  // waiting behind a fence
-  std::deque<std::uint32_t> order;     // every slot in use, in posting order
-  std::vector<OpSlot> rx;              // receive buffers
-  std::vector<std::uint8_t> rx_memory;
-  std::unique_ptr<backend::MemoryKey> rx_key;
+  std::unique_ptr<backend::Connection> conn REMORA_GUARDED_BY(mu);
+  std::vector<OpSlot> slots REMORA_GUARDED_BY(mu);
+  std::vector<std::uint32_t> free_slots REMORA_GUARDED_BY(mu);
+  std::uint32_t in_flight REMORA_GUARDED_BY(mu) = 0;         // posted to the transport, not yet completed
+  std::deque<std::uint32_t> deferred REMORA_GUARDED_BY(mu);  // waiting behind a fence
+  std::deque<std::uint32_t> order REMORA_GUARDED_BY(mu);     // every slot in use, in posting order
+  std::vector<OpSlot> rx REMORA_GUARDED_BY(mu);              // receive buffers
+  std::vector<std::uint8_t> rx_memory REMORA_GUARDED_BY(mu);
+  std::unique_ptr<backend::MemoryKey> rx_key REMORA_GUARDED_BY(mu);
 
-  RecvQueue receives;  // unless srq
-  std::deque<wire::Ctl> pending_replies;
+  RecvQueue receives REMORA_GUARDED_BY(mu);  // unless srq
+  std::deque<wire::Ctl> pending_replies REMORA_GUARDED_BY(mu);
   // Receive order across connections. A message that consumes a receive
   // completes at its sender only once the receiver acknowledged it as
   // handled (its receive completion queued, or the message held), as an RC
   // receive completion is written before the sender's acknowledgement: a
   // sender that waits for a send's completion before sending on another
   // connection is sure the receiver sees the two in that order.
-  std::uint64_t msgs_posted = 0;   // sender: receive-consuming messages posted
-  std::uint64_t peer_handled = 0;  // sender: the peer's latest acknowledgement
-  std::deque<std::pair<std::uint32_t, std::uint32_t>> unacked;  // sender: (slot, generation), posting order
-  std::uint64_t msgs_handled = 0;  // receiver: messages handled
-  std::uint64_t msgs_acked = 0;    // receiver: the count last acknowledged
-  std::uint32_t peer_max_message = 0;
-  bool active = false;  // this side connected (the peer's Hello comes with `connected`)
+  std::uint64_t msgs_posted REMORA_GUARDED_BY(mu) = 0;   // sender: receive-consuming messages posted
+  std::uint64_t peer_handled REMORA_GUARDED_BY(mu) = 0;  // sender: the peer's latest acknowledgement
+  std::deque<std::pair<std::uint32_t, std::uint32_t>> unacked REMORA_GUARDED_BY(mu);  // sender: (slot, generation), posting order
+  std::uint64_t msgs_handled REMORA_GUARDED_BY(mu) = 0;  // receiver: messages handled
+  std::uint64_t msgs_acked REMORA_GUARDED_BY(mu) = 0;    // receiver: the count last acknowledged
+  std::uint32_t peer_max_message REMORA_GUARDED_BY(mu) = 0;
+  bool active REMORA_GUARDED_BY(mu) = false;  // this side connected (the peer's Hello comes with `connected`)
   // The latest write posted: key and remote range (Endpoint::flush).
-  std::uint64_t last_write_key = 0, last_write_addr = 0, last_write_len = 0;
-  bool peer_said_bye = false;
-  bool closed = false;
+  std::uint64_t last_write_key REMORA_GUARDED_BY(mu) = 0, last_write_addr REMORA_GUARDED_BY(mu) = 0,
+                last_write_len REMORA_GUARDED_BY(mu) = 0;
+  bool peer_said_bye REMORA_GUARDED_BY(mu) = false;
+  bool closed REMORA_GUARDED_BY(mu) = false;
 
   // Connection events.
   std::mutex ev_mu;
@@ -290,47 +292,47 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
 
   /// State check, slot, submit: the one entry of a posted operation (takes
   /// mu). In the disconnected/error states it is reported at once as flushed.
-  Result<void> post(const Operation& op, std::uint64_t cookie, PostFlags flags);
+  Result<void> post(const Operation& op, std::uint64_t cookie, PostFlags flags) REMORA_EXCLUDES(mu);
 
   // Called with mu held.
-  Result<void> setup_connection(const std::shared_ptr<void>& request);
-  Result<std::uint32_t> take_slot();
-  void release_slot(std::uint32_t i);
-  int post_slot(OpSlot& s);
-  Result<void> submit(std::uint32_t index);
+  Result<void> setup_connection(const std::shared_ptr<void>& request) REMORA_REQUIRES(mu);
+  Result<std::uint32_t> take_slot() REMORA_REQUIRES(mu);
+  void release_slot(std::uint32_t i) REMORA_REQUIRES(mu);
+  int post_slot(OpSlot& s) REMORA_REQUIRES(mu);
+  Result<void> submit(std::uint32_t index) REMORA_REQUIRES(mu);
   /// Record the outcome of `s`; outcomes are reported in posting order, as
   /// an RC send queue does.
-  void complete(OpSlot& s, std::error_code status);
-  void report_in_order();
-  void pump_deferred();
-  void handle(const backend::CqEntry& e);
-  void handle_message(OpSlot& rxs, const backend::CqEntry& e);
-  void handle_request(const wire::Ctl& req);
-  void handle_reply(const wire::Ctl& rep);
+  void complete(OpSlot& s, std::error_code status) REMORA_REQUIRES(mu);
+  void report_in_order() REMORA_REQUIRES(mu);
+  void pump_deferred() REMORA_REQUIRES(mu);
+  void handle(const backend::CqEntry& e) REMORA_REQUIRES(mu);
+  void handle_message(OpSlot& rxs, const backend::CqEntry& e) REMORA_REQUIRES(mu);
+  void handle_request(const wire::Ctl& req) REMORA_REQUIRES(mu);
+  void handle_reply(const wire::Ctl& rep) REMORA_REQUIRES(mu);
   /// The peer sent something the protocol does not allow: end the connection.
-  void protocol_violation();
-  void deliver(Incoming in);
-  void flush_replies();
+  void protocol_violation() REMORA_REQUIRES(mu);
+  void deliver(Incoming in) REMORA_REQUIRES(mu);
+  void flush_replies() REMORA_REQUIRES(mu);
   /// Acknowledge the messages handled since the last acknowledgement.
-  void flush_acks();
-  void handle_ack(std::uint64_t count);
+  void flush_acks() REMORA_REQUIRES(mu);
+  void handle_ack(std::uint64_t count) REMORA_REQUIRES(mu);
   /// Fail `s` (if given) with `status` and, when connected, move to error:
   /// shut the connection, flush everything else, report `ev`.
-  void fail(OpSlot* s, std::error_code status, ConnectionEventType ev);
-  void flush_all();
+  void fail(OpSlot* s, std::error_code status, ConnectionEventType ev) REMORA_REQUIRES(mu);
+  void flush_all() REMORA_REQUIRES(mu);
   /// Tell the peer this side disconnects on purpose (it then reports
   /// `disconnected` rather than `lost`).
-  void say_goodbye() noexcept;
+  void say_goodbye() noexcept REMORA_REQUIRES(mu);
   /// Handle every completion the transport already has.
-  void drain();
-  void repost(OpSlot& rxs);
+  void drain() REMORA_REQUIRES(mu);
+  void repost(OpSlot& rxs) REMORA_REQUIRES(mu);
 
   // Thread-safe entry points.
-  int progress();  // returns completions handled
-  void on_cm_event(backend::CmEvent& ev);
+  int progress() REMORA_EXCLUDES(mu);  // returns completions handled
+  void on_cm_event(backend::CmEvent& ev) REMORA_EXCLUDES(mu);
   void push_event(ConnectionEvent ev);
-  void drop_connection() noexcept;
-  void close() noexcept;
+  void drop_connection() noexcept REMORA_EXCLUDES(mu);
+  void close() noexcept REMORA_EXCLUDES(mu);
 };
 
 /// The zone's progress engine (docs/design.md, "The target agent").

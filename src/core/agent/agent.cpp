@@ -239,7 +239,7 @@ void Agent::run() {
       can_sleep = zone_->domain->cm_try_wait();
     }
     for (auto& ep : eps) {
-      std::lock_guard<std::mutex> lock(ep->mu);
+      MutexLock lock(ep->mu);
       std::shared_lock<std::shared_mutex> transport(zone_->transport_mu);
       // An acknowledgement or reply the transport could not take yet is
       // retried on the next turn rather than after a sleep.

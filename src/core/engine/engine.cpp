@@ -78,7 +78,7 @@ void EndpointImpl::repost(OpSlot& s) {
 
 Result<void> EndpointImpl::post(const Operation& op, std::uint64_t cookie, PostFlags flags) {
   EndpointImpl* ep = this;
-  std::lock_guard<std::mutex> lock(ep->mu);
+  MutexLock lock(ep->mu);
   if (ep->closed) return Errc::invalid_handle;
   const EndpointState st = ep->state;
   if (st == EndpointState::disconnected || st == EndpointState::error) {
@@ -312,7 +312,7 @@ void EndpointImpl::drain() {
 }
 
 int EndpointImpl::progress() {
-  std::lock_guard<std::mutex> lock(mu);
+  MutexLock lock(mu);
   if (!conn || closed) return 0;
   std::shared_lock<std::shared_mutex> transport(zone->transport_mu);
   int total = 0;
@@ -342,7 +342,7 @@ void EndpointImpl::push_event(ConnectionEvent ev) {
 }
 
 void EndpointImpl::on_cm_event(backend::CmEvent& ev) {
-  std::lock_guard<std::mutex> lock(mu);
+  MutexLock lock(mu);
   if (!conn) return;
   const EndpointState st = state;
   switch (ev.kind) {
@@ -403,7 +403,7 @@ EndpointImpl::~EndpointImpl() { close(); }
 
 void EndpointImpl::close() noexcept {
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (closed) return;
     closed = true;
   }
@@ -413,7 +413,7 @@ void EndpointImpl::close() noexcept {
 void EndpointImpl::drop_connection() noexcept {
   std::unique_ptr<backend::Connection> c;
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (conn && state == EndpointState::connected) {
       say_goodbye();
       conn->shutdown();

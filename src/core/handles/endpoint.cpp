@@ -95,14 +95,14 @@ std::size_t Endpoint::max_segments() const noexcept {
 
 std::size_t Endpoint::peer_max_message() const noexcept {
   if (!impl_) return 0;
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  detail::MutexLock lock(impl_->mu);
   return impl_->peer_max_message;
 }
 
 Result<void> Endpoint::connect(const std::string& host, std::uint16_t port, std::span<const std::uint8_t> pdata) {
   if (!impl_) return Errc::invalid_handle;
   if (pdata.size() > kMaxPrivateData || host.empty()) return Errc::invalid_argument;
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  detail::MutexLock lock(impl_->mu);
   if (impl_->closed) return Errc::invalid_handle;
   if (impl_->state != EndpointState::unconnected) return Errc::invalid_state;
   if (auto r = impl_->setup_connection(nullptr); !r) return r.error();
@@ -148,8 +148,8 @@ int Endpoint::event_fd() const noexcept { return impl_ ? impl_->ev_signal.fd() :
 
 Result<void> Endpoint::disconnect() {
   if (!impl_) return Errc::invalid_handle;
-  std::lock_guard<std::mutex> lock(impl_->mu);
   auto* ep = impl_.get();
+  detail::MutexLock lock(ep->mu);
   if (ep->closed) return Errc::invalid_handle;
   const EndpointState st = ep->state;
   if (st == EndpointState::connected) ep->say_goodbye();
@@ -192,8 +192,8 @@ Result<void> Endpoint::recv(std::span<const Segment> dst, std::uint64_t cookie) 
   if (impl_->srq) return Errc::invalid_argument;
   auto local = check_segments(impl_->zone, dst, Access::local_write);
   if (!local) return local.error();
-  std::lock_guard<std::mutex> lock(impl_->mu);
   auto* ep = impl_.get();
+  detail::MutexLock lock(ep->mu);
   if (ep->closed) return Errc::invalid_handle;
   if (ep->state == EndpointState::disconnected || ep->state == EndpointState::error) {
     Completion c;
@@ -245,13 +245,13 @@ Result<void> Endpoint::flush(const RemoteRegion& dst, std::uint64_t off, std::ui
 Result<void> Endpoint::reset() {
   if (!impl_) return Errc::invalid_handle;
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    detail::MutexLock lock(impl_->mu);
     if (impl_->closed) return Errc::invalid_handle;
     if (impl_->state != EndpointState::disconnected && impl_->state != EndpointState::error)
       return Errc::invalid_state;
   }
   impl_->drop_connection();
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  detail::MutexLock lock(impl_->mu);
   impl_->state = EndpointState::unconnected;
   return {};
 }

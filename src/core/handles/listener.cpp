@@ -52,7 +52,7 @@ Result<void> accept_into(detail::ConnRequestImpl* req, Endpoint& ep, std::span<c
   if (!listener) return Errc::invalid_handle;
   auto* e = ep.impl().get();
   if (any_zone ? e->zone->fabric != listener->zone->fabric : e->zone != listener->zone) return Errc::zone_mismatch;
-  std::lock_guard<std::mutex> lock(e->mu);
+  detail::MutexLock lock(e->mu);
   if (e->closed) return Errc::invalid_handle;
   if (e->state != EndpointState::unconnected) return Errc::invalid_state;
   if (auto r = e->setup_connection(req->request); !r) return r.error();
