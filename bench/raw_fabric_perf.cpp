@@ -4,63 +4,15 @@
 #include "raw/engine.hpp"
 #include "raw/fabric.hpp"
 #include "raw/options.hpp"
+#include "watchdog.hpp"  // tools/
 
-#include <charconv>
-#include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
-#include <mutex>
+#include <exception>
 #include <string_view>
-#include <thread>
 
 namespace {
 
 constexpr std::string_view kProgram = "remora-bench-raw";
-
-// Ends the process if the run is not over in time, so that no benchmark can
-// hang forever. The limit is REMORA_BENCH_WATCHDOG_S seconds (default 900).
-class Watchdog {
-public:
-    explicit Watchdog(std::chrono::seconds limit)
-        : thread_([this, limit] {
-              std::unique_lock lock(mutex_);
-              if (!cv_.wait_for(lock, limit, [this] { return done_; })) {
-                  std::fprintf(stderr, "%s: error: watchdog: still running after %lld s, giving up\n",
-                               kProgram.data(), static_cast<long long>(limit.count()));
-                  std::fflush(stderr);
-                  std::_Exit(3);
-              }
-          }) {}
-
-    ~Watchdog() {
-        {
-            std::lock_guard lock(mutex_);
-            done_ = true;
-        }
-        cv_.notify_all();
-        thread_.join();
-    }
-
-    Watchdog(const Watchdog&) = delete;
-    Watchdog& operator=(const Watchdog&) = delete;
-
-private:
-    std::mutex mutex_;
-    std::condition_variable cv_;
-    bool done_ = false;
-    std::thread thread_;  // last: starts after the members it uses
-};
-
-std::chrono::seconds watchdog_limit() {
-    std::uint64_t secs = 900;
-    if (const char* env = std::getenv("REMORA_BENCH_WATCHDOG_S")) {
-        std::string_view v(env);
-        std::uint64_t parsed = 0;
-        auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), parsed);
-        if (ec == std::errc{} && p == v.data() + v.size() && parsed > 0) secs = parsed;
-    }
-    return std::chrono::seconds(secs);
-}
 
 }  // namespace
 
@@ -77,7 +29,10 @@ int main(int argc, char** argv) {
         return 0;
     }
     try {
-        Watchdog watchdog(watchdog_limit());
+        // Ends the process if the run is not over in time, so that no
+        // benchmark can hang forever.
+        remora::tools::Watchdog watchdog(remora::tools::watchdog_limit({"REMORA_BENCH_WATCHDOG_S"}),
+                                         kProgram);
         if (cfg.role == rbench::Role::server)
             rbench::run_server(cfg);
         else

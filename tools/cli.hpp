@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace remora::tools {
 
@@ -114,6 +115,18 @@ inline std::size_t parse_size(std::string_view option, std::string_view text, st
   if (v == 0 || v > max / mult)
     throw UsageError(std::string(option) + ": sizes must be between 1 and " + std::to_string(max) + " bytes");
   return static_cast<std::size_t>(v * mult);
+}
+
+/// A comma-separated list of byte counts ("8,4k,1m"), each as parse_size.
+inline std::vector<std::size_t> parse_size_list(std::string_view option, std::string_view list, std::size_t max) {
+  std::vector<std::size_t> out;
+  while (true) {
+    const auto comma = list.find(',');
+    out.push_back(parse_size(option, list.substr(0, comma), max));
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  return out;
 }
 
 /// `s` as the body of a JSON string (without the quotes).

@@ -25,7 +25,6 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
-#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -33,56 +32,12 @@
 #include <memory>
 #include <span>
 
-#include "cli.hpp"
+#include "perf_report.hpp"
 
 namespace remora::perf {
 
-// ---- names ------------------------------------------------------------------
-
 namespace {
 
-struct OpName {
-  std::string_view name;
-  Op op;
-};
-constexpr std::array<OpName, 6> kOps{{
-    {"write", Op::write},
-    {"read", Op::read},
-    {"write_flush_visibility", Op::write_flush_visibility},
-    {"write_flush_persistent", Op::write_flush_persistent},
-    {"atomic_write", Op::atomic_write},
-    {"send", Op::send},
-}};
-
-}  // namespace
-
-std::string_view op_name(Op op) {
-  for (const auto& o : kOps)
-    if (o.op == op) return o.name;
-  return "?";
-}
-
-std::optional<Op> op_from_name(std::string_view name) {
-  for (const auto& o : kOps)
-    if (o.name == name) return o.op;
-  return std::nullopt;
-}
-
-bool op_is_latency(Op op) {
-  return op == Op::write_flush_visibility || op == Op::write_flush_persistent || op == Op::atomic_write;
-}
-
-std::string_view completion_name(Op op) {
-  switch (op) {
-    case Op::read: return "default";
-    case Op::write_flush_persistent: return "commit";
-    default: return "delivery";  // Remora writes and sends complete at delivery
-  }
-}
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 constexpr std::chrono::milliseconds kConnectTimeout = 10s;
@@ -138,11 +93,6 @@ std::vector<std::uint8_t> reject_data(const std::string& reason) {
 }
 
 // ---- helpers -----------------------------------------------------------------
-
-std::uint64_t now_ns() {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
-}
 
 std::uint64_t seconds_ns(double s) { return static_cast<std::uint64_t>(s * 1e9); }
 
@@ -243,75 +193,6 @@ Fabric open_fabric(const Config& cfg, const std::string& address) {
   return std::move(*fabric);
 }
 
-// ---- results -----------------------------------------------------------------
-
-struct Measurement {
-  std::size_t size = 0;
-  std::uint64_t iters = 0;
-  unsigned qd = 0;
-  double seconds = 0;                 // first post to last completion
-  std::vector<std::uint64_t> lat_ns;  // per operation, post to completion
-};
-
-struct Summary {
-  double gbps = 0;
-  double mops = 0;
-  double p50_us = 0, p99_us = 0, p999_us = 0;
-};
-
-double percentile_us(const std::vector<std::uint64_t>& sorted, double q) {
-  if (sorted.empty()) return 0;
-  auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(sorted.size())));
-  rank = std::clamp<std::size_t>(rank, 1, sorted.size());
-  return static_cast<double>(sorted[rank - 1]) / 1000.0;
-}
-
-Summary summarize(Measurement& m) {
-  std::sort(m.lat_ns.begin(), m.lat_ns.end());
-  Summary s;
-  if (m.seconds > 0) {
-    s.gbps = static_cast<double>(m.size) * static_cast<double>(m.iters) / m.seconds / 1e9;
-    s.mops = static_cast<double>(m.iters) / m.seconds / 1e6;
-  }
-  s.p50_us = percentile_us(m.lat_ns, 0.50);
-  s.p99_us = percentile_us(m.lat_ns, 0.99);
-  s.p999_us = percentile_us(m.lat_ns, 0.999);
-  return s;
-}
-
-template <class... Args>
-std::string format(const char* fmt, Args... args) {
-  char buf[512];
-  const int n = std::snprintf(buf, sizeof buf, fmt, args...);
-  return std::string(buf, n < 0 ? 0 : std::min<std::size_t>(static_cast<std::size_t>(n), sizeof buf - 1));
-}
-
-std::string table_header(Op op, unsigned qd) {
-  const std::string_view name = op_name(op);
-  const std::string_view completion = completion_name(op);
-  std::string out = format("# engine %.*s  op %.*s  completion %.*s  qd %u\n", static_cast<int>(kEngine.size()),
-                           kEngine.data(), static_cast<int>(name.size()), name.data(),
-                           static_cast<int>(completion.size()), completion.data(), qd);
-  out += format("%12s %10s %10s %12s %12s %12s\n", "size", "GB/s", "Mops", "lat p50 us", "lat p99 us",
-                "lat p99.9 us");
-  return out;
-}
-
-std::string table_row(const Measurement& m, const Summary& s) {
-  return format("%12zu %10.3f %10.4f %12.2f %12.2f %12.2f\n", m.size, s.gbps, s.mops, s.p50_us, s.p99_us, s.p999_us);
-}
-
-std::string json_line(Op op, const Measurement& m, const Summary& s) {
-  const std::string name(op_name(op));
-  const std::string completion(completion_name(op));
-  return format(
-      "{\"op\":\"%s\",\"size\":%zu,\"iters\":%llu,\"qd\":%u,\"gbps\":%.6f,\"mops\":%.6f,"
-      "\"lat_p50_us\":%.3f,\"lat_p99_us\":%.3f,\"lat_p999_us\":%.3f,\"engine\":\"%.*s\","
-      "\"completion\":\"%s\"}\n",
-      name.c_str(), m.size, static_cast<unsigned long long>(m.iters), m.qd, s.gbps, s.mops, s.p50_us, s.p99_us,
-      s.p999_us, static_cast<int>(kEngine.size()), kEngine.data(), completion.c_str());
-}
-
 // ---- client ------------------------------------------------------------------
 
 class Client {
@@ -321,15 +202,13 @@ class Client {
 
   void run() {
     connect();
-    if (!cfg_.json) {
-      std::fputs(table_header(cfg_.op, cfg_.qd).c_str(), stdout);
-      std::fflush(stdout);
-    }
+    const Report report({kEngine, op_name(cfg_.op), completion_name(cfg_.op)}, cfg_.qd, cfg_.json);
+    report.begin();
     for (const std::size_t size : cfg_.sizes) {
       Measurement m;
       if (cfg_.iters != 0) {
         // Fixed count (what bench/compare.sh uses): the warm-up of remora-bench-raw.
-        (void)measure(size, std::clamp<std::uint64_t>(cfg_.iters / 10, 16, 200), 0, 0, false);
+        (void)measure(size, warmup_iters(cfg_.iters), 0, 0, false);
         m = measure(size, cfg_.iters, 0, 0, true);
       } else {
         // Calibrated: the warm-up measures the rate; the run aims at
@@ -338,10 +217,7 @@ class Client {
         const std::uint64_t iters = calibrate(size, floor);
         m = measure(size, iters, seconds_ns(kMaxSeconds), floor, true);
       }
-      const Summary s = summarize(m);
-      const std::string line = cfg_.json ? json_line(cfg_.op, m, s) : table_row(m, s);
-      std::fputs(line.c_str(), stdout);
-      std::fflush(stdout);
+      report.add(m);
     }
     if (auto r = ep_.disconnect(); !r) throw PerfError("disconnecting: " + msg(r.error()));
   }
@@ -531,11 +407,7 @@ class Client {
         empty_polls = 0;
         if (time_budget_ns != 0 && t - t_start >= time_budget_ns && done >= min_done) limit = posted;
         if (measured && t >= next_report && done < limit) {
-          std::fprintf(stderr, "remora-perf: %.*s size %zu: %llu/%llu ops (%.0f%%), %.1f s\n",
-                       static_cast<int>(op_name(cfg_.op).size()), op_name(cfg_.op).data(), size,
-                       static_cast<unsigned long long>(done), static_cast<unsigned long long>(limit),
-                       100.0 * static_cast<double>(done) / static_cast<double>(limit),
-                       static_cast<double>(t - t_start) / 1e9);
+          print_progress("remora-perf", op_name(cfg_.op), size, done, limit, static_cast<double>(t - t_start) / 1e9);
           next_report = t + 1'000'000'000;
         }
       } else if (++empty_polls % 1024 == 0) {
@@ -582,7 +454,7 @@ class Server {
 
  private:
   void listen() {
-    const std::string address = cfg_.address.empty() ? "0.0.0.0" : cfg_.address;
+    const std::string address = cfg_.listen_address();
     fabric_ = open_fabric(cfg_, address);
     auto zone = fabric_.create_zone();
     if (!zone) throw PerfError("creating a protection zone: " + msg(zone.error()));

@@ -3,7 +3,8 @@
 // from its post to its completion.
 #include "engine.hpp"
 #include "fabric.hpp"
-#include "report.hpp"
+
+#include "perf_report.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -12,7 +13,8 @@
 namespace rbench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using remora::perf::Measurement;
+using remora::perf::now_ns;
 
 constexpr std::chrono::seconds kConnectTimeout{10};
 constexpr std::chrono::seconds kStallTimeout{10};
@@ -20,29 +22,10 @@ constexpr std::chrono::seconds kProgressAfter{2};
 constexpr std::uint64_t kLocalKey = 0x4c4f434c;
 constexpr ssize_t kBatch = 32;
 
-std::uint64_t now_ns() {
-    return static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-            .count());
-}
-
 struct Slot {
     fi_context2 ctx;  // first member: the completion's op_context points here
     std::uint64_t t_post = 0;
 };
-
-// What the completion of one operation of `op` means.
-std::string completion_label(Op op, Completion c) {
-    switch (op) {
-        case Op::write:
-        case Op::send: return std::string(completion_name(c));
-        case Op::read: return "default";
-        case Op::write_flush_visibility:
-        case Op::atomic_write: return "delivery";
-        case Op::write_flush_persistent: return "commit";
-    }
-    return "?";
-}
 
 class Client {
 public:
@@ -51,29 +34,22 @@ public:
 
     void run() {
         connect();
-        const std::string label = completion_label(cfg_.op, cfg_.completion);
-        if (!cfg_.json) {
-            std::fputs(table_header(op_name(cfg_.op), label, cfg_.qd).c_str(), stdout);
-            std::fflush(stdout);
-        }
+        const remora::perf::Report report({kEngine, op_name(cfg_.op), completion_name(cfg_)},
+                                          cfg_.qd, cfg_.json);
+        report.begin();
         for (const std::size_t size : cfg_.sizes) {
             const std::uint64_t iters = cfg_.iters ? cfg_.iters : default_iters(cfg_.op, size);
-            const std::uint64_t warmup = std::clamp<std::uint64_t>(iters / 10, 16, 200);
-            (void)measure(size, warmup, false);
+            (void)measure(size, remora::perf::warmup_iters(iters), false);
             Measurement m = measure(size, iters, true);
-            m.op = op_name(cfg_.op);
-            m.completion = label;
-            const Summary s = summarize(m);
-            const std::string line = cfg_.json ? json_line(m, s) + "\n" : table_row(m, s);
-            std::fputs(line.c_str(), stdout);
-            std::fflush(stdout);
+            report.add(m);
         }
         disconnect();
     }
 
 private:
     void connect() {
-        info_ = get_info(cfg_.provider, cfg_.host, cfg_.port, false);
+        const std::string port = std::to_string(cfg_.port);
+        info_ = get_info(cfg_.provider, cfg_.host, port, false);
         if (info_->domain_attr->mr_mode & FI_MR_ENDPOINT)
             throw BenchError("provider needs FI_MR_ENDPOINT, not supported by this benchmark");
         if (cfg_.op == Op::write_flush_persistent && !(info_->caps & FI_RMA_PMEM))
@@ -106,7 +82,7 @@ private:
         req.qd = cfg_.qd;
         req.max_size = max_size_;
         check(fi_connect(ep_.get(), info_->dest_addr, &req, sizeof req), "fi_connect");
-        const std::string what = "connecting to " + cfg_.host + ":" + cfg_.port;
+        const std::string what = "connecting to " + cfg_.host + ":" + port;
         CmEvent ev = wait_cm_event(eq_.get(), kConnectTimeout, what.c_str());
         if (ev.event != FI_CONNECTED)
             throw BenchError(what + ": unexpected event " + std::to_string(ev.event));
@@ -219,15 +195,9 @@ private:
                 t_last = t;
                 empty_polls = 0;
                 if (measured && t >= next_report && done < iters) {
-                    std::fprintf(stderr,
-                                 "remora-bench-raw: %.*s size %zu: %llu/%llu ops (%.0f%%), "
-                                 "%.1f s\n",
-                                 static_cast<int>(op_name(cfg_.op).size()),
-                                 op_name(cfg_.op).data(), size,
-                                 static_cast<unsigned long long>(done),
-                                 static_cast<unsigned long long>(iters),
-                                 100.0 * static_cast<double>(done) / static_cast<double>(iters),
-                                 static_cast<double>(t - t_start) / 1e9);
+                    remora::perf::print_progress("remora-bench-raw", op_name(cfg_.op), size,
+                                                 done, iters,
+                                                 static_cast<double>(t - t_start) / 1e9);
                     next_report = t + 1'000'000'000;
                 }
             } else if (n == -FI_EAVAIL) {

@@ -37,7 +37,7 @@ public:
 
 private:
     void listen() {
-        info_ = get_info(cfg_.provider, cfg_.address, cfg_.port, true);
+        info_ = get_info(cfg_.provider, cfg_.listen_address(), std::to_string(cfg_.port), true);
         fid_fabric* fabric = nullptr;
         check(fi_fabric(info_->fabric_attr, &fabric, nullptr), "fi_fabric");
         fabric_.reset(fabric);
@@ -47,8 +47,9 @@ private:
         pep_.reset(pep);
         check(fi_pep_bind(pep_.get(), &eq_->fid, 0), "fi_pep_bind");
         check(fi_listen(pep_.get()), "fi_listen");
-        std::fprintf(stderr, "remora-bench-raw: server listening on %s:%s (provider %s, %s)\n",
-                     cfg_.address.c_str(), cfg_.port.c_str(), info_->fabric_attr->prov_name,
+        std::fprintf(stderr, "remora-bench-raw: server listening on %s:%u (provider %s, %s)\n",
+                     cfg_.listen_address().c_str(), static_cast<unsigned>(cfg_.port),
+                     info_->fabric_attr->prov_name,
                      cfg_.busy_poll ? "busy-poll" : "asleep in fi_cq_sread");
     }
 
@@ -65,7 +66,7 @@ private:
         std::memcpy(&creq, req.data.data(), sizeof creq);
         if (creq.magic != kMagic || creq.version != kVersion)
             return reject(conn_info.get(), "connection request from another program/version");
-        if (creq.max_size == 0 || creq.max_size > (std::uint64_t{1} << 30))
+        if (creq.max_size == 0 || creq.max_size > remora::perf::kMaxSize)
             return reject(conn_info.get(), "bad buffer size in connection request");
 
         const std::uint64_t mr_mode = conn_info->domain_attr->mr_mode;

@@ -42,9 +42,10 @@ class ProtectionZone {
   /// not mapped in this process; nothing is registered), no_memory,
   /// invalid_handle.
   Result<MemoryRegion> register_memory(void* addr, std::size_t len, Access access, bool persistent = false);
-  /// Create (or open) `path`, size it to `len` bytes, map it with libpmem2
-  /// and register the mapping as a persistent region (cache flush on DAX,
-  /// msync otherwise). The mapping lives as long as the region.
+  /// Create (or open) `path`, grow it to at least `len` bytes rounded up to
+  /// whole pages, map it with libpmem2 and register `len` bytes of the
+  /// mapping as a persistent region (cache flush on DAX, a checked msync
+  /// otherwise). The mapping lives as long as the region.
   Result<MemoryRegion> map_file(const std::string& path, std::size_t len, Access access);
   /// A completion queue of this zone. It is unbounded: it never drops or
   /// refuses a completion (the endpoints' max_outstanding and max_recv bound

@@ -118,6 +118,19 @@ TEST_F(ProtectionZoneTest, PersistChecksRegionAndRange) {
   }
 }
 
+// Shorter than a page: mapped (and the file grown) to the page, the region
+// keeps the length asked for, and persisting it works.
+TEST_F(ProtectionZoneTest, MapFileOfLessThanAPage) {
+  const auto path = dir / "tiny";
+  auto mr = MUST(zone.map_file(path.string(), 8, Access::all));
+  EXPECT_EQ(mr.length(), 8u);
+  EXPECT_TRUE(mr.persistent());
+  std::memcpy(mr.address(), "8 bytes!", 8);
+  EXPECT_OK(mr.persist(0, 8));
+  EXPECT_ERR(mr.persist(0, 9), Errc::invalid_argument);
+  EXPECT_EQ(std::filesystem::file_size(path) % static_cast<std::uintmax_t>(sysconf(_SC_PAGESIZE)), 0u);
+}
+
 TEST_F(ProtectionZoneTest, MapFileErrors) {
   {  // MapFileRejectsBadArguments
     EXPECT_ERR(zone.map_file("", 4096, Access::all), Errc::invalid_argument);

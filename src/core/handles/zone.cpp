@@ -89,8 +89,17 @@ Result<MemoryRegion> ProtectionZone::map_file(const std::string& path, std::size
   if (path.empty() || len == 0 || access == Access::none) return Errc::invalid_argument;
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return std::error_code(errno, std::generic_category());
+  // libpmem2 maps whole pages: a shorter length is mapped (and the file
+  // grown) to the next page boundary; the region is still `len` bytes.
+  static const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  if (len > SIZE_MAX - page) {
+    ::close(fd);
+    return Errc::invalid_argument;
+  }
+  const std::size_t map_len = (len + page - 1) / page * page;
   struct stat st {};
-  if (fstat(fd, &st) != 0 || (static_cast<std::size_t>(st.st_size) < len && ftruncate(fd, static_cast<off_t>(len)) != 0)) {
+  if (fstat(fd, &st) != 0 ||
+      (static_cast<std::size_t>(st.st_size) < map_len && ftruncate(fd, static_cast<off_t>(map_len)) != 0)) {
     std::error_code ec(errno, std::generic_category());
     ::close(fd);
     return ec;
@@ -100,7 +109,7 @@ Result<MemoryRegion> ProtectionZone::map_file(const std::string& path, std::size
   pmem2_map* map = nullptr;
   int rc = pmem2_config_new(&cfg);
   if (rc == 0) rc = pmem2_config_set_required_store_granularity(cfg, PMEM2_GRANULARITY_PAGE);
-  if (rc == 0) rc = pmem2_config_set_length(cfg, len);
+  if (rc == 0) rc = pmem2_config_set_length(cfg, map_len);
   if (rc == 0) rc = pmem2_source_from_fd(&src, fd);
   if (rc == 0) rc = pmem2_map_new(&map, cfg, src);
   if (src) pmem2_source_delete(&src);
