@@ -17,29 +17,28 @@ constexpr std::string_view kProgram = "remora-bench-raw";
 }  // namespace
 
 int main(int argc, char** argv) {
-    rbench::Config cfg;
-    try {
-        cfg = rbench::parse_command_line(argc, argv);
-    } catch (const rbench::UsageError& e) {
-        std::fprintf(stderr, "%s: %s (see --help)\n", kProgram.data(), e.what());
-        return 2;
-    }
-    if (cfg.help) {
-        std::fputs(rbench::usage_text(kProgram).c_str(), stdout);
-        return 0;
-    }
-    try {
-        // Ends the process if the run is not over in time, so that no
-        // benchmark can hang forever.
-        remora::tools::Watchdog watchdog(remora::tools::watchdog_limit({"REMORA_BENCH_WATCHDOG_S"}),
-                                         kProgram);
-        if (cfg.role == rbench::Role::server)
-            rbench::run_server(cfg);
-        else
-            rbench::run_client(cfg);
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "%s: error: %s\n", kProgram.data(), e.what());
-        return 1;
-    }
+  rbench::Config cfg;
+  try {
+    cfg = rbench::parse_command_line(argc, argv);
+  } catch (const rbench::UsageError& e) {
+    std::fprintf(stderr, "%s: %s (see --help)\n", kProgram.data(), e.what());
+    return 2;
+  }
+  if (cfg.help) {
+    std::fputs(rbench::usage_text(kProgram).c_str(), stdout);
     return 0;
+  }
+  try {
+    // Ends the process if the run is not over in time, so that no
+    // benchmark can hang forever.
+    remora::tools::Watchdog watchdog(remora::tools::watchdog_limit({"REMORA_BENCH_WATCHDOG_S"}), kProgram);
+    if (cfg.role == rbench::Role::server)
+      rbench::run_server(cfg);
+    else
+      rbench::run_client(cfg);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", kProgram.data(), e.what());
+    return 1;
+  }
+  return 0;
 }

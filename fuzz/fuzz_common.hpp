@@ -34,8 +34,7 @@ inline void write_seeds_if_asked(const std::vector<Bytes>& seeds) {
     std::snprintf(name, sizeof name, "/seed-%03zu", i);
     std::string path = std::string(dir) + name;
     std::FILE* f = std::fopen(path.c_str(), "wb");
-    if (f == nullptr || std::fwrite(seeds[i].data(), 1, seeds[i].size(), f) != seeds[i].size() ||
-        std::fclose(f) != 0) {
+    if (f == nullptr || std::fwrite(seeds[i].data(), 1, seeds[i].size(), f) != seeds[i].size() || std::fclose(f) != 0) {
       std::fprintf(stderr, "cannot write seed %s\n", path.c_str());
       std::exit(1);
     }
@@ -45,12 +44,12 @@ inline void write_seeds_if_asked(const std::vector<Bytes>& seeds) {
 }
 
 /// An invariant of a parser: report and abort (libFuzzer saves the input).
-#define FUZZ_CHECK(cond)                                                                 \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
+#define FUZZ_CHECK(cond)                                                                \
+  do {                                                                                  \
+    if (!(cond)) {                                                                      \
       std::fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                      \
-    }                                                                                    \
+      std::abort();                                                                     \
+    }                                                                                   \
   } while (0)
 
 }  // namespace remora_fuzz

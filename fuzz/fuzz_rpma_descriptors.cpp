@@ -32,9 +32,7 @@ Bytes mr_descriptor(std::uint64_t addr, std::uint64_t len, std::uint32_t key, st
 
 // Formats every message as the built-in function would, but keeps it from
 // syslog and stderr: rejected descriptors are the common case here.
-void quiet_log(enum rpma_log_level, const char*, int, const char*, const char* fmt, ...) {
-  (void)fmt;
-}
+void quiet_log(enum rpma_log_level, const char*, int, const char*, const char* fmt, ...) { (void)fmt; }
 
 void check_mr(const std::uint8_t* data, std::size_t size) {
   rpma_mr_remote* mr = nullptr;
@@ -47,8 +45,7 @@ void check_mr(const std::uint8_t* data, std::size_t size) {
   FUZZ_CHECK(mr != nullptr && size >= rpma_compat::kMrDescriptorSize && data[20] != 0);
   const int usage = data[20];
   FUZZ_CHECK(mr->usage == usage);
-  FUZZ_CHECK(mr->rr.address() == le(data, 8) && mr->rr.length() == le(data + 8, 8) &&
-             mr->rr.key() == le(data + 16, 4));
+  FUZZ_CHECK(mr->rr.address() == le(data, 8) && mr->rr.length() == le(data + 8, 8) && mr->rr.key() == le(data + 16, 4));
   FUZZ_CHECK(mr->rr.access() == rpma_compat::remote_access_for(usage));
   FUZZ_CHECK(mr->rr.persistent() == ((usage & RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT) != 0));
   std::size_t len = 0;
@@ -86,13 +83,13 @@ void check_peer_cfg(const std::uint8_t* data, std::size_t size) {
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   std::vector<Bytes> seeds;
-  seeds.push_back(mr_descriptor(0x7f0000001000, 4096, 0x1234,
-                                RPMA_MR_USAGE_READ_SRC | RPMA_MR_USAGE_WRITE_DST |
-                                    RPMA_MR_USAGE_FLUSH_TYPE_VISIBILITY));
-  seeds.push_back(mr_descriptor(0x7f0000001000, 1 << 20, 7,
-                                RPMA_MR_USAGE_WRITE_DST | RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT));
+  seeds.push_back(
+      mr_descriptor(0x7f0000001000, 4096, 0x1234,
+                    RPMA_MR_USAGE_READ_SRC | RPMA_MR_USAGE_WRITE_DST | RPMA_MR_USAGE_FLUSH_TYPE_VISIBILITY));
+  seeds.push_back(
+      mr_descriptor(0x7f0000001000, 1 << 20, 7, RPMA_MR_USAGE_WRITE_DST | RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT));
   seeds.push_back(mr_descriptor(~std::uint64_t{0}, 2, 0xffffffff, RPMA_MR_USAGE_READ_SRC));  // wraps: the target checks
-  seeds.push_back(mr_descriptor(4096, 64, 1, 0));                                           // usage not set
+  seeds.push_back(mr_descriptor(4096, 64, 1, 0));                                            // usage not set
   Bytes longer = mr_descriptor(4096, 64, 1, RPMA_MR_USAGE_RECV);
   longer.insert(longer.end(), {1, 2, 3});
   seeds.push_back(longer);

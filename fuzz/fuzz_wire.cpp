@@ -29,8 +29,7 @@ void check_hello(std::span<const std::uint8_t> in) {
     if (in.size() >= sizeof(wire::Hello)) {
       wire::Hello raw;
       std::memcpy(&raw, in.data(), sizeof raw);
-      FUZZ_CHECK(raw.magic != wire::kHelloMagic || raw.header_len < sizeof(wire::Hello) ||
-                 raw.header_len > in.size());
+      FUZZ_CHECK(raw.magic != wire::kHelloMagic || raw.header_len < sizeof(wire::Hello) || raw.header_len > in.size());
     }
     return;
   }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite.
-#   scripts/test.sh              # plain build: unit, two-process integration,
+#   scripts/test.sh              # the format check (scripts/format.sh), then
+#                                # the plain build: unit, two-process integration,
 #                                # network namespaces, examples, tools; then the
 #                                # same suite under ASan+UBSan (build-asan) and
 #                                # every fuzz target for 15 s (build-fuzz)
@@ -13,6 +14,7 @@ if [ $# -ge 1 ]; then
   exec ctest --output-on-failure -j"${REMORA_TEST_JOBS:-2}" --timeout 600
 fi
 t0=$(date +%s)
+bash scripts/format.sh --check
 (cd build && ctest --output-on-failure -j"${REMORA_TEST_JOBS:-2}" --timeout 600)
 t1=$(date +%s)
 echo "test: plain suite passed in $((t1 - t0)) s"

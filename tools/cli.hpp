@@ -104,9 +104,12 @@ inline std::size_t parse_size(std::string_view option, std::string_view text, st
   std::uint64_t mult = 1;
   if (!text.empty()) {
     switch (text.back()) {
-      case 'k': case 'K': mult = std::uint64_t{1} << 10; break;
-      case 'm': case 'M': mult = std::uint64_t{1} << 20; break;
-      case 'g': case 'G': mult = std::uint64_t{1} << 30; break;
+      case 'k':
+      case 'K': mult = std::uint64_t{1} << 10; break;
+      case 'm':
+      case 'M': mult = std::uint64_t{1} << 20; break;
+      case 'g':
+      case 'G': mult = std::uint64_t{1} << 30; break;
       default: break;
     }
     if (mult != 1) text.remove_suffix(1);

@@ -11,9 +11,9 @@
 //   a rejection carries kRejectMagic followed by the reason as text.
 #include "perf_engine.hpp"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -137,8 +137,7 @@ struct BackingFile {
     if (templ.size() >= sizeof g_backing_file) throw PerfError("TMPDIR is too long: " + std::string(dir));
     std::memcpy(g_backing_file, templ.c_str(), templ.size() + 1);
     const int fd = ::mkstemp(g_backing_file);
-    if (fd < 0)
-      throw PerfError("cannot create the persistent region's file " + templ + ": " + std::strerror(errno));
+    if (fd < 0) throw PerfError("cannot create the persistent region's file " + templ + ": " + std::strerror(errno));
     ::close(fd);
     path = g_backing_file;
     g_backing_file_set = true;
@@ -197,8 +196,7 @@ Fabric open_fabric(const Config& cfg, const std::string& address) {
 
 class Client {
  public:
-  explicit Client(const Config& cfg)
-      : cfg_(cfg), max_size_(*std::max_element(cfg.sizes.begin(), cfg.sizes.end())) {}
+  explicit Client(const Config& cfg) : cfg_(cfg), max_size_(*std::max_element(cfg.sizes.begin(), cfg.sizes.end())) {}
 
   void run() {
     connect();
@@ -271,8 +269,7 @@ class Client {
       case ConnectionEventType::unreachable:
         throw PerfError("connecting to " + where +
                         ": refused or unreachable (is a remora-perf server listening on that address and port?)");
-      default:
-        throw PerfError("connecting to " + where + ": unexpected event " + std::string(to_string(ev->type)));
+      default: throw PerfError("connecting to " + where + ": unexpected event " + std::string(to_string(ev->type)));
     }
     parse_reply(ev->private_data, where);
   }
@@ -287,8 +284,8 @@ class Client {
     if (h.regions < 1 || d.size() < need) throw PerfError(where + ": truncated server reply");
     std::vector<RemoteRegion> regions;
     for (std::size_t i = 0; i < h.regions; ++i) {
-      auto r = RemoteRegion::parse(std::span(d).subspan(sizeof h + i * RemoteRegion::kSerializedSize,
-                                                        RemoteRegion::kSerializedSize));
+      auto r = RemoteRegion::parse(
+          std::span(d).subspan(sizeof h + i * RemoteRegion::kSerializedSize, RemoteRegion::kSerializedSize));
       if (!r) throw PerfError(where + ": bad region descriptor from the server: " + msg(r.error()));
       regions.push_back(*r);
     }
@@ -317,8 +314,7 @@ class Client {
       case Op::write_flush_persistent: {
         r = ep_.write(src, target_, 0, kWriteTag | slot, PostFlags::unsignalled);
         if (!r) break;
-        const FlushType type =
-            cfg_.op == Op::write_flush_persistent ? FlushType::persistent : FlushType::visibility;
+        const FlushType type = cfg_.op == Op::write_flush_persistent ? FlushType::persistent : FlushType::visibility;
         r = ep_.flush(target_, 0, size, type, slot);
         if (!r) throw PerfError("posting the flush of " + size_text(size) + " after its write: " + msg(r.error()));
         break;
@@ -365,9 +361,9 @@ class Client {
     std::uint64_t t_last = t_start;
     // Progress lines on stderr once a run is long: after kProgressAfter, or
     // for a time-bounded run only when it overruns its budget by a second.
-    const std::uint64_t report_after = std::max<std::uint64_t>(
-        static_cast<std::uint64_t>(std::chrono::nanoseconds(kProgressAfter).count()),
-        time_budget_ns != 0 ? time_budget_ns + 1'000'000'000 : 0);
+    const std::uint64_t report_after =
+        std::max<std::uint64_t>(static_cast<std::uint64_t>(std::chrono::nanoseconds(kProgressAfter).count()),
+                                time_budget_ns != 0 ? time_budget_ns + 1'000'000'000 : 0);
     std::uint64_t next_report = t_start + report_after;
     // A stall: no completion for 10 s, plus the time one operation may take
     // at a pessimistic 20 MB/s (a persistent flush of a large range).
@@ -521,7 +517,7 @@ class Server {
       eo.max_recv = static_cast<std::uint32_t>(nrecv_);
       eo.max_message = static_cast<std::uint32_t>(std::max<std::size_t>(size_, 4096));
     } else {
-      eo.max_recv = 64;      // control requests (atomic write, flush)
+      eo.max_recv = 64;  // control requests (atomic write, flush)
       eo.max_message = 4096;
     }
     auto ep = zone_.create_endpoint(eo);

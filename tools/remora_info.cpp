@@ -118,9 +118,10 @@ std::string human_bytes(std::size_t n) {
 }
 
 std::string render_table(const std::vector<Entry>& entries, bool all) {
-  const std::vector<std::string> head = {"provider", "fabric", "interface", "address", "segs",
-                                         "max msg", "inject", "native atomics", "virt addr",
-                                         "requires sync", "odp", "remora atomic write", "remora flush"};
+  const std::vector<std::string> head = {"provider",    "fabric",        "interface", "address",
+                                         "segs",        "max msg",       "inject",    "native atomics",
+                                         "virt addr",   "requires sync", "odp",       "remora atomic write",
+                                         "remora flush"};
   std::vector<std::vector<std::string>> rows;
   for (const auto& e : entries) {
     if (!e.usable) continue;

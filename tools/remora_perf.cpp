@@ -59,8 +59,9 @@ constexpr std::array<Option<Config>, 14> kOptions{{
      [](Config&, std::string_view v) {
        if (v == "delivery") return;
        if (v == "default")
-         throw UsageError("--completion default: Remora has no such mode (its writes and sends always complete "
-                          "at delivery); only remora-bench-raw has it");
+         throw UsageError(
+             "--completion default: Remora has no such mode (its writes and sends always complete "
+             "at delivery); only remora-bench-raw has it");
        throw UsageError("--completion: must be 'default' or 'delivery'");
      }},
     opt::help<Config>(),

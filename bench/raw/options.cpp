@@ -29,9 +29,12 @@ constexpr std::array<Option<Config>, 13> kOptions{{
      "write/send completion: plain post, or\n"
      "FI_DELIVERY_COMPLETE (the default)",
      [](Config& c, std::string_view v) {
-         if (v == "default") c.completion = Completion::standard;
-         else if (v == "delivery") c.completion = Completion::delivery;
-         else throw UsageError("--completion: must be 'default' or 'delivery'");
+       if (v == "default")
+         c.completion = Completion::standard;
+       else if (v == "delivery")
+         c.completion = Completion::delivery;
+       else
+         throw UsageError("--completion: must be 'default' or 'delivery'");
      }},
     opt::help<Config>(),
 }};
@@ -39,36 +42,35 @@ constexpr std::array<Option<Config>, 13> kOptions{{
 }  // namespace
 
 Config parse_command_line(int argc, const char* const* argv) {
-    Config c;
-    remora::tools::parse_options<Config>(kOptions, argc, argv, c);
-    if (remora::perf::validate_role(c)) remora::perf::validate_client(c);
-    return c;
+  Config c;
+  remora::tools::parse_options<Config>(kOptions, argc, argv, c);
+  if (remora::perf::validate_role(c)) remora::perf::validate_client(c);
+  return c;
 }
 
 std::string usage_text(std::string_view program) {
-    const std::string indent(program.size(), ' ');
-    std::string out = "usage:\n";
-    out.append("  ").append(program).append(
-        " --server --port P [--provider NAME] [--address A] [--busy-poll]\n");
-    out.append("  ").append(program).append(
-        " --client HOST --port P --op OP --size BYTES[,BYTES...] [--qd N] [--iters N]\n");
-    out.append("  ").append(indent).append(
-        " [--json] [--provider NAME] [--busy-poll] [--completion default|delivery]\n\n");
-    out += "Raw libfabric baseline for remora-perf (engine \"raw-libfabric\").\n\noptions:\n";
-    out += remora::tools::options_help<Config>(kOptions);
-    return out;
+  const std::string indent(program.size(), ' ');
+  std::string out = "usage:\n";
+  out.append("  ").append(program).append(" --server --port P [--provider NAME] [--address A] [--busy-poll]\n");
+  out.append("  ").append(program).append(
+      " --client HOST --port P --op OP --size BYTES[,BYTES...] [--qd N] [--iters N]\n");
+  out.append("  ").append(indent).append(
+      " [--json] [--provider NAME] [--busy-poll] [--completion default|delivery]\n\n");
+  out += "Raw libfabric baseline for remora-perf (engine \"raw-libfabric\").\n\noptions:\n";
+  out += remora::tools::options_help<Config>(kOptions);
+  return out;
 }
 
 std::string_view completion_name(const Config& cfg) {
-    return remora::perf::completion_name(cfg.op, cfg.completion == Completion::standard);
+  return remora::perf::completion_name(cfg.op, cfg.completion == Completion::standard);
 }
 
 std::uint64_t default_iters(Op op, std::size_t size) {
-    if (op_is_latency(op)) return 1000;
-    // Bandwidth ops: move about 256 MiB per size, at least 1000 and at most
-    // 100000 operations.
-    const std::uint64_t by_volume = (std::uint64_t{256} << 20) / size;
-    return std::clamp<std::uint64_t>(by_volume, 1000, 100'000);
+  if (op_is_latency(op)) return 1000;
+  // Bandwidth ops: move about 256 MiB per size, at least 1000 and at most
+  // 100000 operations.
+  const std::uint64_t by_volume = (std::uint64_t{256} << 20) / size;
+  return std::clamp<std::uint64_t>(by_volume, 1000, 100'000);
 }
 
 }  // namespace rbench

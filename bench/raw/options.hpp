@@ -15,23 +15,23 @@
 namespace rbench {
 
 using remora::perf::Op;
-using remora::perf::Role;
 using remora::perf::op_is_latency;
 using remora::perf::op_name;
+using remora::perf::Role;
 using remora::tools::UsageError;  // a bad command line: main prints it, exits 2
 
 inline constexpr std::string_view kEngine = "raw-libfabric";
 
 // --completion: what a write (or send) completion must mean.
 enum class Completion {
-    delivery,  // FI_DELIVERY_COMPLETE: the data reached the target memory
-    standard,  // "default": plain post, completion = the data left the buffer
+  delivery,  // FI_DELIVERY_COMPLETE: the data reached the target memory
+  standard,  // "default": plain post, completion = the data left the buffer
 };
 
 // CommonConfig::address is the server's listen address (listen_address());
 // the client accepts it and does not use it.
 struct Config : remora::perf::CommonConfig {
-    Completion completion = Completion::delivery;
+  Completion completion = Completion::delivery;
 };
 
 // Parses argv into a Config and validates it. Throws UsageError.

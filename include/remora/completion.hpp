@@ -25,8 +25,8 @@ struct Completion {
   std::uint64_t cookie = 0;
   Opcode op = Opcode::write;
   std::error_code status;
-  std::uint64_t length = 0;       ///< bytes transferred (receives: bytes placed)
-  std::uint32_t imm = 0;          ///< immediate data, valid when has_imm
+  std::uint64_t length = 0;  ///< bytes transferred (receives: bytes placed)
+  std::uint32_t imm = 0;     ///< immediate data, valid when has_imm
   bool has_imm = false;
   std::uint64_t endpoint_id = 0;  ///< Endpoint::id() of the endpoint it belongs to
 };

@@ -11,7 +11,9 @@
 
 namespace remora {
 
-namespace detail { struct CqImpl; }
+namespace detail {
+struct CqImpl;
+}
 
 /// A queue of Completions, shared by any number of endpoints of one zone
 /// (for sends, receives or both). Thread-safe. Move-only.

@@ -16,7 +16,9 @@
 
 namespace remora {
 
-namespace detail { struct EndpointImpl; }
+namespace detail {
+struct EndpointImpl;
+}
 
 enum class EndpointState : std::uint8_t {
   unconnected,      ///< created, never connected
@@ -45,7 +47,11 @@ constexpr bool has(PostFlags f, PostFlags bit) noexcept {
 enum class FlushType : std::uint8_t { visibility, persistent };
 
 enum class ConnectionEventType : std::uint8_t {
-  established, rejected, unreachable, disconnected, lost,
+  established,
+  rejected,
+  unreachable,
+  disconnected,
+  lost,
 };
 const char* to_string(ConnectionEventType t) noexcept;
 

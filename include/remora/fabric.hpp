@@ -12,7 +12,9 @@
 
 namespace remora {
 
-namespace detail { struct FabricImpl; }
+namespace detail {
+struct FabricImpl;
+}
 
 struct FabricOptions {
   /// libfabric provider name, or "mem": the in-memory transport, which
@@ -41,7 +43,7 @@ struct ZoneOptions {
 struct FabricInfo {
   std::string provider;
   std::string fabric_name;
-  std::string domain_name;   ///< interface, on tcp
+  std::string domain_name;  ///< interface, on tcp
   std::string address;
   std::size_t max_segments = 0;
   std::size_t max_message = 0;

@@ -13,7 +13,10 @@
 
 namespace remora {
 
-namespace detail { struct ListenerImpl; struct ConnRequestImpl; }
+namespace detail {
+struct ListenerImpl;
+struct ConnRequestImpl;
+}  // namespace detail
 
 /// An incoming connection request. Accept it into an unconnected Endpoint
 /// or reject it; a request dropped without either is rejected.

@@ -11,7 +11,9 @@
 
 namespace remora {
 
-namespace detail { struct RegionImpl; }
+namespace detail {
+struct RegionImpl;
+}
 
 /// Memory registered in a ProtectionZone with a set of privileges. Move-only;
 /// keeps its zone alive. The memory itself is the caller's (or, for
@@ -28,8 +30,8 @@ class MemoryRegion {
   ~MemoryRegion() = default;
 
   bool valid() const noexcept;
-  void* address() const noexcept;      ///< registered start address
-  std::size_t length() const noexcept; ///< registered length in bytes
+  void* address() const noexcept;       ///< registered start address
+  std::size_t length() const noexcept;  ///< registered length in bytes
   Access access() const noexcept;
   bool persistent() const noexcept;
   /// The remote key; 0 when the region grants no remote privilege.

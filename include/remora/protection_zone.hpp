@@ -16,7 +16,9 @@
 
 namespace remora {
 
-namespace detail { struct ZoneImpl; }
+namespace detail {
+struct ZoneImpl;
+}
 
 /// A protection zone: regions, queues and endpoints of one zone work only
 /// with each other. Each zone runs a target agent (a progress thread) so a

@@ -17,20 +17,27 @@ namespace remora {
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}                      // NOLINT(implicit)
-  Result(std::error_code ec) : v_(ec) {}                          // NOLINT(implicit)
-  Result(Errc e) : v_(make_error_code(e)) {}                       // NOLINT(implicit)
+  Result(T value) : v_(std::move(value)) {}   // NOLINT(implicit)
+  Result(std::error_code ec) : v_(ec) {}      // NOLINT(implicit)
+  Result(Errc e) : v_(make_error_code(e)) {}  // NOLINT(implicit)
 
   bool ok() const noexcept { return v_.index() == 0; }
   explicit operator bool() const noexcept { return ok(); }
 
-  std::error_code error() const noexcept {
-    return ok() ? std::error_code{} : std::get<1>(v_);
-  }
+  std::error_code error() const noexcept { return ok() ? std::error_code{} : std::get<1>(v_); }
 
-  T& value() & { check(); return std::get<0>(v_); }
-  const T& value() const& { check(); return std::get<0>(v_); }
-  T&& value() && { check(); return std::get<0>(std::move(v_)); }
+  T& value() & {
+    check();
+    return std::get<0>(v_);
+  }
+  const T& value() const& {
+    check();
+    return std::get<0>(v_);
+  }
+  T&& value() && {
+    check();
+    return std::get<0>(std::move(v_));
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
@@ -47,7 +54,7 @@ template <>
 class [[nodiscard]] Result<void> {
  public:
   Result() = default;
-  Result(std::error_code ec) : ec_(ec) {}  // NOLINT(implicit)
+  Result(std::error_code ec) : ec_(ec) {}      // NOLINT(implicit)
   Result(Errc e) : ec_(make_error_code(e)) {}  // NOLINT(implicit)
   bool ok() const noexcept { return !ec_; }
   explicit operator bool() const noexcept { return ok(); }

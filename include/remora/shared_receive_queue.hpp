@@ -11,7 +11,9 @@
 
 namespace remora {
 
-namespace detail { struct SrqImpl; }
+namespace detail {
+struct SrqImpl;
+}
 
 /// A pool of posted receives that every endpoint created with it draws from,
 /// in posting order. Each receive completes on the receive queue of the

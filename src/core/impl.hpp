@@ -161,7 +161,7 @@ struct OpSlot {
   enum class Kind : std::uint8_t { free, write, read, send, ctl, local, recv_buffer } kind = Kind::free;
   std::uint32_t index = 0;
   std::uint32_t generation = 0;
-  Completion done;            // cookie/op/length prefilled
+  Completion done;  // cookie/op/length prefilled
   bool signalled = true;
   bool fence = false;
   bool posted = false;
@@ -273,14 +273,15 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   // connection is sure the receiver sees the two in that order.
   std::uint64_t msgs_posted REMORA_GUARDED_BY(mu) = 0;   // sender: receive-consuming messages posted
   std::uint64_t peer_handled REMORA_GUARDED_BY(mu) = 0;  // sender: the peer's latest acknowledgement
-  std::deque<std::pair<std::uint32_t, std::uint32_t>> unacked REMORA_GUARDED_BY(mu);  // sender: (slot, generation), posting order
+  std::deque<std::pair<std::uint32_t, std::uint32_t>> unacked
+      REMORA_GUARDED_BY(mu);                             // sender: (slot, generation), posting order
   std::uint64_t msgs_handled REMORA_GUARDED_BY(mu) = 0;  // receiver: messages handled
   std::uint64_t msgs_acked REMORA_GUARDED_BY(mu) = 0;    // receiver: the count last acknowledged
   std::uint32_t peer_max_message REMORA_GUARDED_BY(mu) = 0;
   bool active REMORA_GUARDED_BY(mu) = false;  // this side connected (the peer's Hello comes with `connected`)
   // The latest write posted: key and remote range (Endpoint::flush).
   std::uint64_t last_write_key REMORA_GUARDED_BY(mu) = 0, last_write_addr REMORA_GUARDED_BY(mu) = 0,
-                last_write_len REMORA_GUARDED_BY(mu) = 0;
+                               last_write_len REMORA_GUARDED_BY(mu) = 0;
   bool peer_said_bye REMORA_GUARDED_BY(mu) = false;
   bool closed REMORA_GUARDED_BY(mu) = false;
 

@@ -196,8 +196,7 @@ class MemConnection final : public Connection {
     net_->conns.erase(id);
   }
 
-  Result<void> connect(const std::string& /*host*/, std::uint16_t port,
-                       std::span<const std::uint8_t> pdata) override;
+  Result<void> connect(const std::string& /*host*/, std::uint16_t port, std::span<const std::uint8_t> pdata) override;
   Result<void> accept(std::span<const std::uint8_t> pdata) override;
   void shutdown() noexcept override {
     std::lock_guard<std::mutex> lock(net_->mu);
@@ -379,8 +378,8 @@ class MemDomain final : public Domain {
     net_->regs[requested_key] = Registration{id, reinterpret_cast<std::uintptr_t>(addr), len, access};
     return std::unique_ptr<MemoryKey>(std::make_unique<MemKey>(net_, requested_key));
   }
-  Result<std::unique_ptr<Connection>> create_connection(const std::shared_ptr<void>& request,
-                                                        std::size_t /*cq_size*/, bool waitable) override {
+  Result<std::unique_ptr<Connection>> create_connection(const std::shared_ptr<void>& request, std::size_t /*cq_size*/,
+                                                        bool waitable) override {
     std::uint64_t pending = 0;
     if (request) pending = static_cast<const Pending*>(request.get())->connector;
     return std::unique_ptr<Connection>(std::make_unique<MemConnection>(net_, id, pending, waitable));

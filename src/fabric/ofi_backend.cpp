@@ -147,8 +147,7 @@ class OfiConnection final : public Connection {
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* res = nullptr;
     std::string service = std::to_string(port);
-    if (getaddrinfo(host.c_str(), service.c_str(), &hints, &res) != 0 || res == nullptr)
-      return Errc::unreachable;
+    if (getaddrinfo(host.c_str(), service.c_str(), &hints, &res) != 0 || res == nullptr) return Errc::unreachable;
     sockaddr_in sin{};
     std::memcpy(&sin, res->ai_addr, sizeof sin);
     freeaddrinfo(res);
@@ -320,8 +319,8 @@ class OfiDomain final : public Domain {
     return std::unique_ptr<MemoryKey>(new OfiMemoryKey(mr));
   }
 
-  Result<std::unique_ptr<Connection>> create_connection(const std::shared_ptr<void>& request,
-                                                        std::size_t cq_size, bool waitable) override {
+  Result<std::unique_ptr<Connection>> create_connection(const std::shared_ptr<void>& request, std::size_t cq_size,
+                                                        bool waitable) override {
     auto* info = request ? static_cast<fi_info*>(request.get()) : info_;
     auto conn = std::make_unique<OfiConnection>(fabric_);
     if (auto r = conn->init(domain_, eq_, info, cq_size, waitable); !r) return r.error();
@@ -388,7 +387,10 @@ class OfiDomain final : public Domain {
         break;
       case FI_CONNECTED: ev.kind = CmEvent::connected; break;
       case FI_SHUTDOWN: ev.kind = CmEvent::shutdown; break;
-      default: ev.kind = CmEvent::error; ev.err = FI_EOTHER; break;
+      default:
+        ev.kind = CmEvent::error;
+        ev.err = FI_EOTHER;
+        break;
     }
     return true;
   }
@@ -435,8 +437,8 @@ Result<std::shared_ptr<Transport>> Transport::open(const FabricOptions& options)
   InfoPtr hints = make_hints(options.provider);
   if (!hints) return Errc::no_memory;
   fi_info* raw = nullptr;
-  int rc = fi_getinfo(kFiVersion, options.address.empty() ? nullptr : options.address.c_str(), nullptr,
-                      FI_SOURCE, hints.get(), &raw);
+  int rc = fi_getinfo(kFiVersion, options.address.empty() ? nullptr : options.address.c_str(), nullptr, FI_SOURCE,
+                      hints.get(), &raw);
   if (rc == -FI_ENODATA) return Errc::not_supported;
   if (rc) return from_fi(rc);
   auto t = std::make_shared<OfiTransport>();

@@ -386,11 +386,11 @@ std::optional<int> Peer::quit(std::chrono::milliseconds timeout) {
     const std::size_t base = region_offset(r, region_size);
     for (std::size_t b = 0; b < kGuard; ++b) {
       if (dump[base - kGuard + b] != kGuardByte)
-        return ::testing::AssertionFailure() << "guard before region " << r << " changed at -" << (kGuard - b)
-                                             << " (0x" << std::hex << int(dump[base - kGuard + b]) << ")";
+        return ::testing::AssertionFailure() << "guard before region " << r << " changed at -" << (kGuard - b) << " (0x"
+                                             << std::hex << int(dump[base - kGuard + b]) << ")";
       if (dump[base + region_size + b] != kGuardByte)
-        return ::testing::AssertionFailure() << "guard after region " << r << " changed at +" << b << " (0x"
-                                             << std::hex << int(dump[base + region_size + b]) << ")";
+        return ::testing::AssertionFailure() << "guard after region " << r << " changed at +" << b << " (0x" << std::hex
+                                             << int(dump[base + region_size + b]) << ")";
     }
   }
   return ::testing::AssertionSuccess();
@@ -490,8 +490,9 @@ std::vector<Completion> Client::collect(std::size_t n, std::chrono::milliseconds
 ::testing::AssertionResult Client::wait_cookie(std::uint64_t cookie, Completion* out,
                                                std::chrono::milliseconds timeout) {
   auto got = collect(1, timeout);
-  if (got.empty()) return ::testing::AssertionFailure() << "no completion for cookie " << cookie << " within "
-                                                        << timeout.count() << " ms";
+  if (got.empty())
+    return ::testing::AssertionFailure() << "no completion for cookie " << cookie << " within " << timeout.count()
+                                         << " ms";
   if (got[0].cookie != cookie)
     return ::testing::AssertionFailure() << "expected cookie " << cookie << ", got " << got[0].cookie << " ("
                                          << to_string(got[0].op) << ", " << got[0].status.message() << ")";
@@ -503,8 +504,8 @@ std::vector<Completion> Client::collect(std::size_t n, std::chrono::milliseconds
   Completion c[1];
   auto got = cq_.wait(c, quiet);
   if (got)
-    return ::testing::AssertionFailure() << "unexpected completion: cookie " << c[0].cookie << " "
-                                         << to_string(c[0].op) << " " << c[0].status.message();
+    return ::testing::AssertionFailure() << "unexpected completion: cookie " << c[0].cookie << " " << to_string(c[0].op)
+                                         << " " << c[0].status.message();
   return ::testing::AssertionSuccess();
 }
 

@@ -29,7 +29,7 @@ std::string scratch_base();
 
 /// Result of a short helper command (ip ...).
 struct CommandResult {
-  int status = -1;  ///< exit code, or -1 when it did not exit normally / timed out
+  int status = -1;     ///< exit code, or -1 when it did not exit normally / timed out
   std::string output;  ///< stdout and stderr
 };
 CommandResult run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout = 10s);
@@ -86,8 +86,7 @@ class Peer {
  public:
   /// Start `prefix... remora-test-peer args...` and wait for READY.
   ~Peer();
-  static std::unique_ptr<Peer> start(const std::vector<std::string>& args,
-                                     const std::vector<std::string>& prefix = {},
+  static std::unique_ptr<Peer> start(const std::vector<std::string>& args, const std::vector<std::string>& prefix = {},
                                      std::chrono::milliseconds timeout = 15s);
   Process& proc() { return *proc_; }
   std::uint16_t port() const { return port_; }
@@ -100,8 +99,7 @@ class Peer {
 
   /// Ask the peer for its whole allocation. `guards` gets the peer's own
   /// verdict ("ok" or "bad ..."). nullopt when the peer did not answer.
-  std::optional<std::vector<std::uint8_t>> dump(std::string* guards = nullptr,
-                                                std::chrono::milliseconds timeout = 10s);
+  std::optional<std::vector<std::uint8_t>> dump(std::string* guards = nullptr, std::chrono::milliseconds timeout = 10s);
   /// Wait for "EVENT conn=<n> type=<type>".
   bool wait_event(int conn, const std::string& type, std::chrono::milliseconds timeout = 10s);
   /// Send quit and return the exit status (nullopt when it did not exit).
@@ -157,8 +155,7 @@ class Client {
   /// Create an endpoint and connect it; `reply` gets the accept private data.
   ::testing::AssertionResult connect(remora::Endpoint& ep, std::uint16_t port,
                                      const std::vector<std::uint8_t>& pdata = {},
-                                     std::vector<std::uint8_t>* reply = nullptr,
-                                     const std::string& host = "127.0.0.1",
+                                     std::vector<std::uint8_t>* reply = nullptr, const std::string& host = "127.0.0.1",
                                      std::uint32_t max_outstanding = 64);
   /// Collect completions until `n` arrived or `timeout` passed.
   std::vector<remora::Completion> collect(std::size_t n, std::chrono::milliseconds timeout = 10s);

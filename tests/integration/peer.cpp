@@ -113,9 +113,12 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) usage();
       return argv[++i];
     };
-    if (a == "--listen") o.listen = next();
-    else if (a == "--port") o.port = static_cast<std::uint16_t>(std::stoul(next()));
-    else if (a == "--busy-poll") o.busy_poll = true;
+    if (a == "--listen")
+      o.listen = next();
+    else if (a == "--port")
+      o.port = static_cast<std::uint16_t>(std::stoul(next()));
+    else if (a == "--busy-poll")
+      o.busy_poll = true;
     else if (a == "--regions") {
       o.regions.clear();
       std::string list = next();
@@ -126,16 +129,26 @@ Options parse(int argc, char** argv) {
         if (end > pos) o.regions.push_back(list.substr(pos, end - pos));
         pos = end + 1;
       }
-    } else if (a == "--size") o.size = std::stoul(next());
-    else if (a == "--file") o.file = next();
-    else if (a == "--file-size") o.file_size = std::stoul(next());
-    else if (a == "--recv") o.recv = static_cast<std::uint32_t>(std::stoul(next()));
-    else if (a == "--echo") o.echo = true;
-    else if (a == "--client") o.client = next();
-    else if (a == "--bind") o.bind = next();
-    else if (a == "--desc") o.desc = next();
-    else if (a == "--hold") o.hold = true;
-    else usage();
+    } else if (a == "--size")
+      o.size = std::stoul(next());
+    else if (a == "--file")
+      o.file = next();
+    else if (a == "--file-size")
+      o.file_size = std::stoul(next());
+    else if (a == "--recv")
+      o.recv = static_cast<std::uint32_t>(std::stoul(next()));
+    else if (a == "--echo")
+      o.echo = true;
+    else if (a == "--client")
+      o.client = next();
+    else if (a == "--bind")
+      o.bind = next();
+    else if (a == "--desc")
+      o.desc = next();
+    else if (a == "--hold")
+      o.hold = true;
+    else
+      usage();
   }
   for (const auto& r : o.regions)
     if (r != "rw" && r != "ro" && r != "wo") usage();
@@ -146,7 +159,7 @@ Options parse(int argc, char** argv) {
 Access access_of(const std::string& mode) {
   if (mode == "rw") return Access::all;
   if (mode == "ro") return Access::remote_read;  // remote read only
-  return Access::remote_write;                    // "wo": remote write only
+  return Access::remote_write;                   // "wo": remote write only
 }
 
 // ---------------------------------------------------------------- client mode
@@ -408,8 +421,8 @@ class Target {
       if (!req) return;
       const auto& pd = req->private_data();
       const int n = ++next_conn_;
-      const bool reject = pd.size() >= kRejectPrefix.size() &&
-                          std::memcmp(pd.data(), kRejectPrefix.data(), kRejectPrefix.size()) == 0;
+      const bool reject =
+          pd.size() >= kRejectPrefix.size() && std::memcmp(pd.data(), kRejectPrefix.data(), kRejectPrefix.size()) == 0;
       if (reject) {
         auto r = req->reject(reject_reply(pd));
         say("REJECTED conn=%d rc=%s pdata=%s", n, r ? "ok" : r.error().message().c_str(), to_hex(pd).c_str());
@@ -423,11 +436,13 @@ class Target {
       c->ep = must(zone_.create_endpoint(eo), "create_endpoint");
       if (o_.recv > 0) {
         c->rxbuf.assign(o_.recv * kRecvSlot, 0);
-        c->rxmr = must(zone_.register_memory(c->rxbuf.data(), c->rxbuf.size(), Access::local_read | Access::local_write),
-                       "register rx");
+        c->rxmr =
+            must(zone_.register_memory(c->rxbuf.data(), c->rxbuf.size(), Access::local_read | Access::local_write),
+                 "register rx");
         c->txbuf.assign(o_.recv * kRecvSlot, 0);
-        c->txmr = must(zone_.register_memory(c->txbuf.data(), c->txbuf.size(), Access::local_read | Access::local_write),
-                       "register tx");
+        c->txmr =
+            must(zone_.register_memory(c->txbuf.data(), c->txbuf.size(), Access::local_read | Access::local_write),
+                 "register tx");
       }
       auto r = req->accept(c->ep, accept_reply(pd));
       say("ACCEPTED conn=%d rc=%s pdata=%s", n, r ? "ok" : r.error().message().c_str(), to_hex(pd).c_str());

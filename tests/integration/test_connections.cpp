@@ -330,13 +330,13 @@ TEST(Connections, DisconnectFlushesOutstandingOperations) {
   // flushed" and one `disconnected` event.
   if (!not_flushed.empty() || events != "disconnected") {
     FAIL() << "Endpoint::disconnect() with operations outstanding reports events [" << events
-                 << "] (want [disconnected]) and completions not flushed:" << not_flushed
-                 << ". src/core/handles/endpoint.cpp Endpoint::disconnect() drains the CQ after "
-                    "conn->shutdown() while the state is still `connected`, so EndpointImpl::handle() "
-                    "(src/core/engine/engine.cpp, EndpointImpl::handle) takes the provider's cancellation entries "
-                    "(ECANCELED) as remote failures: remote_access status + fail(lost). Fix: set the state "
-                    "to disconnected before the drain (or skip the drain and let flush_all() complete "
-                    "every slot as flushed).";
+           << "] (want [disconnected]) and completions not flushed:" << not_flushed
+           << ". src/core/handles/endpoint.cpp Endpoint::disconnect() drains the CQ after "
+              "conn->shutdown() while the state is still `connected`, so EndpointImpl::handle() "
+              "(src/core/engine/engine.cpp, EndpointImpl::handle) takes the provider's cancellation entries "
+              "(ECANCELED) as remote failures: remote_access status + fail(lost). Fix: set the state "
+              "to disconnected before the drain (or skip the drain and let flush_all() complete "
+              "every slot as flushed).";
   }
 }
 

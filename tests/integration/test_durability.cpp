@@ -6,8 +6,8 @@
 //    complete (success or an error status) within a bounded time, each
 //    cookie exactly once; nothing hangs; the endpoint reports `lost`.
 #include <fcntl.h>
-#include <signal.h>
 #include <linux/magic.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -234,8 +234,7 @@ void outstanding_operations_complete_on_peer_death(bool stop_first) {
         ADD_FAILURE() << "unknown cookie " << c.cookie;
       }
       if (c.status) {
-        EXPECT_TRUE(c.status == Errc::flushed || c.status == Errc::remote_access ||
-                    c.status == Errc::not_connected)
+        EXPECT_TRUE(c.status == Errc::flushed || c.status == Errc::remote_access || c.status == Errc::not_connected)
             << "cookie " << c.cookie << ": " << c.status.message();
       }
     }
@@ -251,8 +250,8 @@ void outstanding_operations_complete_on_peer_death(bool stop_first) {
     ++seen[c.cookie];
   }
   std::ostringstream summary;
-  summary << "posted " << signalled.size() << " signalled + " << unsignalled.size() << " unsignalled ("
-          << refused_full << " refused: queue full); all done " << took.count() << " ms after the kill; statuses:";
+  summary << "posted " << signalled.size() << " signalled + " << unsignalled.size() << " unsignalled (" << refused_full
+          << " refused: queue full); all done " << took.count() << " ms after the kill; statuses:";
   for (auto [s, n] : statuses) summary << " " << s << "x" << n;
   std::printf("%s\n", summary.str().c_str());
   ::testing::Test::RecordProperty("summary", summary.str());

@@ -82,8 +82,9 @@ struct Attack {
 
 Attack make_attack(const Peer& peer, const Case& c) {
   Attack a;
-  auto forge = [](std::uint64_t addr, std::uint64_t len, std::uint64_t key, Access acc,
-                  bool persistent) { return RemoteRegion(addr, len, key, acc, persistent); };
+  auto forge = [](std::uint64_t addr, std::uint64_t len, std::uint64_t key, Access acc, bool persistent) {
+    return RemoteRegion(addr, len, key, acc, persistent);
+  };
   switch (c.fault) {
     case Fault::forged_key: {
       a.region = "rw";
@@ -216,11 +217,11 @@ TEST_P(TargetFaults, RefusedAtTargetWithoutTouchingMemory) {
     // Memory is intact (checked above), but the initiator was told a range
     // reaching past the grant was flushed.
     FAIL() << "a VISIBILITY flush of [len-2048, len+2048) through a descriptor whose length was "
-                    "forged 4 KiB longer completed successfully (want remote_access, endpoint error). "
-                    "Endpoint::flush (src/core/handles/endpoint.cpp) implements VISIBILITY on remote-readable "
-                    "regions as a 1-byte read at min(off, length-1), so the target checks one byte, not "
-                    "the range; the agent path checked [addr, addr+len). Fix: read the last byte of the "
-                    "range (off+len-1) as well (or instead), or keep the agent path when len > 1.";
+              "forged 4 KiB longer completed successfully (want remote_access, endpoint error). "
+              "Endpoint::flush (src/core/handles/endpoint.cpp) implements VISIBILITY on remote-readable "
+              "regions as a 1-byte read at min(off, length-1), so the target checks one byte, not "
+              "the range; the agent path checked [addr, addr+len). Fix: read the last byte of the "
+              "range (off+len-1) as well (or instead), or keep the agent path when len > 1.";
   }
   EXPECT_TRUE(refused) << "the forged operation completed successfully";
   if (refused) {

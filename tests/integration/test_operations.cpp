@@ -4,9 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <string>
 #include <cstring>
 #include <set>
+#include <string>
 
 #include "harness.hpp"
 
@@ -264,9 +264,9 @@ TEST_F(Operations, WriteWithImmediateConsumesTargetReceive) {
   // that is the length of the write (as ibv_wc.byte_len and librpma report).
   if (placed != "4000") {
     FAIL() << "recv_write_imm completion reports length " << placed
-                 << " instead of the 4000 bytes the write placed: src/core/engine/engine.cpp "
-                    "EndpointImpl::handle() copies CqEntry::len, which libfabric tcp leaves 0 for "
-                    "FI_REMOTE_CQ_DATA write events";
+           << " instead of the 4000 bytes the write placed: src/core/engine/engine.cpp "
+              "EndpointImpl::handle() copies CqEntry::len, which libfabric tcp leaves 0 for "
+              "FI_REMOTE_CQ_DATA write events";
   }
 }
 
@@ -500,12 +500,12 @@ TEST_F(Operations, CompletionsOfOneEndpointArriveInPostingOrder) {
     }
   }
   if (violations > 0) {
-    FAIL() << "completions of one endpoint out of posting order in " << violations
-                 << " of 40 rounds; first seen [" << first_violation
-                 << "] for posting order [write#0,atomic_write#1,flush#2,read#3,atomic_write#4,flush#5]. "
-                    "A flush (or read) completed before an atomic_write posted ahead of it: the atomic "
-                    "is answered by the target agent (a control message round trip) while the other "
-                    "operation is answered by the provider itself.";
+    FAIL() << "completions of one endpoint out of posting order in " << violations << " of 40 rounds; first seen ["
+           << first_violation
+           << "] for posting order [write#0,atomic_write#1,flush#2,read#3,atomic_write#4,flush#5]. "
+              "A flush (or read) completed before an atomic_write posted ahead of it: the atomic "
+              "is answered by the target agent (a control message round trip) while the other "
+              "operation is answered by the provider itself.";
   }
 }
 
@@ -540,7 +540,7 @@ TEST_F(Operations, FlushVisibilityCoversEarlierAtomicWrite) {
   EXPECT_TRUE(region_equals(d, 0, kSize, 512, b));
   if (early > 0) {
     FAIL() << "in " << early << " of 60 rounds a read issued after the VISIBILITY flush completed "
-                 << "did not see the atomic_write posted before the flush";
+           << "did not see the atomic_write posted before the flush";
   }
 }
 

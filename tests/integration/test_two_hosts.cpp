@@ -67,10 +67,9 @@ class Namespaces {
     }
     for (const auto& [ns, dev, addr] : {std::tuple{a_, veth_a_, std::string("198.18.0.1/24")},
                                         std::tuple{b_, veth_b_, std::string("198.18.0.2/24")}}) {
-      for (const auto& cmd : std::vector<std::vector<std::string>>{
-               {ip_, "-n", ns, "link", "set", "lo", "up"},
-               {ip_, "-n", ns, "addr", "add", addr, "dev", dev},
-               {ip_, "-n", ns, "link", "set", dev, "up"}}) {
+      for (const auto& cmd : std::vector<std::vector<std::string>>{{ip_, "-n", ns, "link", "set", "lo", "up"},
+                                                                   {ip_, "-n", ns, "addr", "add", addr, "dev", dev},
+                                                                   {ip_, "-n", ns, "link", "set", dev, "up"}}) {
         r = run_command(cmd);
         if (r.status != 0) {
           std::string all;
@@ -135,9 +134,10 @@ TEST(TwoHosts, WriteReadFlushAcrossNetworkNamespaces) {
   auto verdict = nobody->wait_line("CLIENT ", 30s);
   ASSERT_TRUE(verdict) << "no verdict for an absent host\n" << nobody->transcript();
   EXPECT_EQ(*verdict, "CLIENT unreachable");
-  std::printf("connecting to an absent host reported after %lld ms\n",
-              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                         std::chrono::steady_clock::now() - t0).count()));
+  std::printf(
+      "connecting to an absent host reported after %lld ms\n",
+      static_cast<long long>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()));
   nobody.reset();
 
   // The target saw the connection from the other namespace and holds the

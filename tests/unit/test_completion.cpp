@@ -113,8 +113,8 @@ TEST_F(Completions, WriteWithImmediateReportsItsLengthAtTheTarget) {
   EXPECT_EQ(p->target_mem[139], 0x3C);
   if (t[0].length != 40u)
     FAIL() << "recv_write_imm completion reports length " << t[0].length
-                 << " for a 40-byte write (Completion::length is 'bytes transferred'); "
-                    "engine/engine.cpp EndpointImpl::handle() copies the transport's len, which tcp leaves 0";
+           << " for a 40-byte write (Completion::length is 'bytes transferred'); "
+              "engine/engine.cpp EndpointImpl::handle() copies the transport's len, which tcp leaves 0";
   EXPECT_EQ(t[0].length, 40u);
 }
 
@@ -230,15 +230,19 @@ TEST_F(Completions, StateIsErrorOnceTheFailedCompletionIsSeen) {
     auto c = collect(p->icq, 1);
     ASSERT_EQ(c.size(), 1u);
     ASSERT_EQ(c[0].status, make_error_code(Errc::remote_access));
-    if (st == EndpointState::connected) ++seen_connected;
-    else EXPECT_EQ(st, EndpointState::error) << to_string(st);
+    if (st == EndpointState::connected)
+      ++seen_connected;
+    else
+      EXPECT_EQ(st, EndpointState::error) << to_string(st);
     EXPECT_EQ(MUST(p->iep.next_event(kWait)).type, ConnectionEventType::lost);
     EXPECT_EQ(p->iep.state(), EndpointState::error);
   }
   if (seen_connected > 0)
     FAIL() << "Endpoint::state() was still `connected` after the remote_access completion had been "
-                    "taken (" << seen_connected << " of " << kRounds << " rounds): protocol/protocol.cpp handle_reply() and "
-                    "handle() push the completion (complete()) before fail() sets state = error";
+              "taken ("
+           << seen_connected << " of " << kRounds
+           << " rounds): protocol/protocol.cpp handle_reply() and "
+              "handle() push the completion (complete()) before fail() sets state = error";
 }
 
 TEST_F(Completions, RemoteErrorOnOneEndpointLeavesAnotherAlone) {
@@ -355,9 +359,9 @@ TEST_F(Completions, LocalDisconnectWithOperationsInFlight) {
   const bool spurious_lost = events.front() == ConnectionEventType::lost;
   if (!wrong_status.empty() || spurious_lost)
     FAIL() << "local disconnect() with an RMA write in flight: " << wrong_status
-                 << (spurious_lost ? "and a `lost` event before `disconnected`" : "")
-                 << " (endpoint.cpp disconnect() drains the transport CQ while the state is still "
-                    "connected, so handle() maps the cancelled write to remote_access and calls fail(lost))";
+           << (spurious_lost ? "and a `lost` event before `disconnected`" : "")
+           << " (endpoint.cpp disconnect() drains the transport CQ while the state is still "
+              "connected, so handle() maps the cancelled write to remote_access and calls fail(lost))";
   EXPECT_EQ(events.size(), 1u);
 }
 

@@ -50,10 +50,11 @@ TEST_F(EndpointChecks, SegmentOutsideItsRegion) {
   {  // SegmentOutsideItsRegion
     auto& ep = p->iep;
     const auto base = reinterpret_cast<std::uintptr_t>(p->lmr.address());
-    Segment tail(p->lmr, 4000, 200);                                               // runs past the end
-    Segment before = Segment::at(p->lmr, reinterpret_cast<const void*>(base - 8), 16);  // starts before
+    Segment tail(p->lmr, 4000, 200);                                                     // runs past the end
+    Segment before = Segment::at(p->lmr, reinterpret_cast<const void*>(base - 8), 16);   // starts before
     Segment after = Segment::at(p->lmr, reinterpret_cast<const void*>(base + 4096), 1);  // starts at the end
-    Segment huge = Segment::at(p->lmr, reinterpret_cast<const void*>(base + 16), std::numeric_limits<std::size_t>::max());
+    Segment huge =
+        Segment::at(p->lmr, reinterpret_cast<const void*>(base + 16), std::numeric_limits<std::size_t>::max());
     Segment ok(p->lmr, 0, 16);
     for (const Segment& bad : {tail, before, after, huge}) {
       EXPECT_ERR(ep.write({&bad, 1}, p->rr, 0, 1), Errc::invalid_argument);
@@ -99,8 +100,7 @@ TEST_F(EndpointChecks, TooManySegments) {
   ASSERT_EQ(c.size(), 1u);
   EXPECT_FALSE(c[0].status) << c[0].status.message();
   EXPECT_EQ(c[0].length, n * 8);
-  for (std::size_t i = 0; i < n * 8; ++i)
-    ASSERT_EQ(p->target_mem[256 + i], 0x40 + i / 8) << "gathered byte " << i;
+  for (std::size_t i = 0; i < n * 8; ++i) ASSERT_EQ(p->target_mem[256 + i], 0x40 + i / 8) << "gathered byte " << i;
 }
 
 TEST_F(EndpointChecks, RegionOfAnotherZone) {
@@ -218,7 +218,8 @@ TEST_F(EndpointChecks, RemoteRangePastTheDescriptor) {
 }
 
 TEST_F(EndpointChecks, AtomicWriteMisaligned) {
-  for (std::uint64_t off = 1; off < 8; ++off) EXPECT_ERR(p->iep.atomic_write(p->rr, off, 1, off), Errc::invalid_argument);
+  for (std::uint64_t off = 1; off < 8; ++off)
+    EXPECT_ERR(p->iep.atomic_write(p->rr, off, 1, off), Errc::invalid_argument);
   EXPECT_ERR(p->iep.atomic_write(p->rr, 100, 1, 9), Errc::invalid_argument);
   expect_nothing_sent();
   ASSERT_OK(p->iep.atomic_write(p->rr, 16, 0x0102030405060708ull, 10));
@@ -599,7 +600,11 @@ TEST(EndpointCreate, ChecksOptionsQueuesAndIds) {
     EXPECT_ERR(with([](EndpointOptions& o) { o.max_recv = 1u << 30; }), Errc::invalid_argument);
     EXPECT_ERR(with([](EndpointOptions& o) { o.max_message = 0; }), Errc::invalid_argument);
     EXPECT_ERR(with([](EndpointOptions& o) { o.max_message = 1u << 31; }), Errc::invalid_argument);
-    EXPECT_OK(with([](EndpointOptions& o) { o.max_outstanding = 1; o.max_recv = 1; o.max_message = 4096; }));
+    EXPECT_OK(with([](EndpointOptions& o) {
+      o.max_outstanding = 1;
+      o.max_recv = 1;
+      o.max_message = 4096;
+    }));
     EXPECT_OK(with([](EndpointOptions&) {}));
   }
   {  // EndpointsHaveDistinctIds

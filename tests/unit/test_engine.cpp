@@ -37,7 +37,9 @@ std::size_t count_dir(const char* path, const char* link_prefix) {
     }
     char target[256] = {};
     const std::string p = std::string(path) + "/" + e->d_name;
-    if (::readlink(p.c_str(), target, sizeof target - 1) > 0 && std::strncmp(target, link_prefix, std::strlen(link_prefix)) == 0) ++n;
+    if (::readlink(p.c_str(), target, sizeof target - 1) > 0 &&
+        std::strncmp(target, link_prefix, std::strlen(link_prefix)) == 0)
+      ++n;
   }
   ::closedir(d);
   return n;
@@ -464,10 +466,10 @@ void expect_world_still_serves(World& w) {
 TEST_F(Engine, MalformedHelloIsRefused) {
   World w;
   const std::vector<std::vector<std::uint8_t>> hellos = {
-      {},                                              // none
-      std::vector<std::uint8_t>(8, 0),                 // truncated
-      std::vector<std::uint8_t>(16, 0x55),             // another magic
-      wire::make_hello(4096, {}),                      // (patched below: another version)
+      {},                                   // none
+      std::vector<std::uint8_t>(8, 0),      // truncated
+      std::vector<std::uint8_t>(16, 0x55),  // another magic
+      wire::make_hello(4096, {}),           // (patched below: another version)
   };
   for (std::size_t i = 0; i < hellos.size(); ++i) {
     auto hello = hellos[i];
@@ -485,8 +487,8 @@ TEST_F(Engine, MalformedHelloIsRefused) {
 
 struct Malformed {
   const char* name;
-  std::uint64_t data;                // kind and immediate
-  std::vector<std::uint8_t> bytes;   // payload
+  std::uint64_t data;               // kind and immediate
+  std::vector<std::uint8_t> bytes;  // payload
 };
 
 std::vector<std::uint8_t> ctl_bytes(wire::Ctl c, std::size_t len = sizeof(wire::Ctl)) {

@@ -305,7 +305,8 @@ TEST_F(ListenerTest, RequestsLeftInAClosedListenerAreRejected) {
   auto ev = ce.next_event(1000ms);
   if (!ev && ev.error() == Errc::timeout)
     FAIL() << "the client of a request left queued in a closed Listener never gets an answer "
-                    "(still " << to_string(ce.state()) << " after 1 s)";
+              "(still "
+           << to_string(ce.state()) << " after 1 s)";
   ASSERT_TRUE(ev.ok()) << ev.error().message();
   EXPECT_TRUE(ev->type == ConnectionEventType::rejected || ev->type == ConnectionEventType::unreachable)
       << to_string(ev->type);

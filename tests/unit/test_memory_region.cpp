@@ -54,7 +54,6 @@ TEST_F(MemoryRegionTest, RegistrationAndDescriptor) {
   }
 }
 
-
 TEST_F(MemoryRegionTest, KeyAndDescriptorNeedARemotePrivilege) {
   {  // KeyOnlyWithARemotePrivilege
     auto local = MUST(zone.register_memory(buf.data(), 4096, kLocal));
@@ -73,14 +72,13 @@ TEST_F(MemoryRegionTest, KeyAndDescriptorNeedARemotePrivilege) {
   }
 }
 
-
-
 TEST_F(MemoryRegionTest, KeysAreDistinctAndNotSequential) {
   constexpr int kN = 32;
   std::vector<MemoryRegion> regions;
   std::vector<std::uint64_t> keys;
   for (int i = 0; i < kN; ++i) {
-    regions.push_back(MUST(zone.register_memory(buf.data() + i * 1024, 1024, Access::remote_write | Access::local_read)));
+    regions.push_back(
+        MUST(zone.register_memory(buf.data() + i * 1024, 1024, Access::remote_write | Access::local_read)));
     keys.push_back(regions.back().key());
   }
   std::set<std::uint64_t> distinct(keys.begin(), keys.end());
@@ -115,7 +113,6 @@ TEST_F(MemoryRegionTest, KeysOfOtherRegistrationsDiffer) {
     EXPECT_OK(b.remote());
   }
 }
-
 
 TEST_F(MemoryRegionTest, RegisterErrors) {
   {  // RegisterRejectsBadArguments
@@ -184,8 +181,6 @@ TEST_F(MemoryRegionTest, ClosedMovedFromAndDefaultRegionsAreInvalidHandle) {
   }
 }
 
-
-
 TEST_F(MemoryRegionTest, CloseTwiceIsSafeAndRegionKeepsZoneAlive) {
   {  // CloseTwiceIsSafe
     auto mr = MUST(zone.register_memory(buf.data(), 4096, Access::all));
@@ -205,6 +200,5 @@ TEST_F(MemoryRegionTest, CloseTwiceIsSafeAndRegionKeepsZoneAlive) {
     mr.close();
   }
 }
-
 
 }  // namespace

@@ -33,7 +33,8 @@ struct Fixture {
 
   Fixture() {
     for (int i = 0; i < kConnections; ++i) {
-      receivers.push_back(MUST(rz.create_endpoint({.send_cq = &rcq, .max_recv = kMessages / kConnections + 8, .max_message = 64})));
+      receivers.push_back(
+          MUST(rz.create_endpoint({.send_cq = &rcq, .max_recv = kMessages / kConnections + 8, .max_message = 64})));
       senders.push_back(MUST(sz.create_endpoint({.send_cq = &scq})));
       MUST(senders.back().connect("127.0.0.1", lis.port()));
       auto req = MUST(lis.next_request(kWait));

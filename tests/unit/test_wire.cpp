@@ -37,8 +37,8 @@ TEST(Wire, MakeAndParseHello) {
 TEST(Wire, ParseRejectsWhatIsNotAHello) {
   EXPECT_FALSE(wire::parse_hello({}).has_value());
   auto good = raw_hello(wire::kHelloMagic, wire::kVersion, sizeof(wire::Hello), 8);
-  EXPECT_FALSE(wire::parse_hello(std::span(good).first(sizeof(wire::Hello) - 1)).has_value());  // short
-  EXPECT_FALSE(wire::parse_hello(raw_hello(0x12345678, wire::kVersion, 16, 8)).has_value());     // magic
+  EXPECT_FALSE(wire::parse_hello(std::span(good).first(sizeof(wire::Hello) - 1)).has_value());       // short
+  EXPECT_FALSE(wire::parse_hello(raw_hello(0x12345678, wire::kVersion, 16, 8)).has_value());         // magic
   EXPECT_FALSE(wire::parse_hello(raw_hello(wire::kHelloMagic, wire::kVersion, 15, 8)).has_value());  // header < 16
   // A header length past the bytes received (would read beyond them).
   EXPECT_FALSE(wire::parse_hello(raw_hello(wire::kHelloMagic, wire::kVersion, 25, 8)).has_value());

@@ -44,20 +44,20 @@ inline void must(Result<void> r, const char* what) {
 
 /// Expect `expr` (a Result) to fail with exactly `code`. More context may be
 /// streamed in with <<, as with any gtest assertion.
-#define EXPECT_ERR(expr, code)                                                                 \
-  if (auto _unit_r = (expr); false) {                                                          \
-  } else                                                                                       \
-    EXPECT_EQ(_unit_r.error(), ::remora::make_error_code(code))                                \
+#define EXPECT_ERR(expr, code)                                  \
+  if (auto _unit_r = (expr); false) {                           \
+  } else                                                        \
+    EXPECT_EQ(_unit_r.error(), ::remora::make_error_code(code)) \
         << #expr << " -> " << (_unit_r ? std::string("ok") : _unit_r.error().message()) << ' '
 
-#define EXPECT_OK(expr)                                                                        \
-  if (auto _unit_r = (expr); false) {                                                          \
-  } else                                                                                       \
+#define EXPECT_OK(expr)               \
+  if (auto _unit_r = (expr); false) { \
+  } else                              \
     EXPECT_TRUE(_unit_r.ok()) << #expr << " -> " << _unit_r.error().message() << ' '
 
-#define ASSERT_OK(expr)                                                                        \
-  if (auto _unit_r = (expr); false) {                                                          \
-  } else                                                                                       \
+#define ASSERT_OK(expr)               \
+  if (auto _unit_r = (expr); false) { \
+  } else                              \
     ASSERT_TRUE(_unit_r.ok()) << #expr << " -> " << _unit_r.error().message() << ' '
 
 inline std::string describe(const Completion& c) {
@@ -74,8 +74,7 @@ inline std::string describe(const std::vector<Completion>& cs) {
 }
 
 /// Take exactly `n` completions (fewer if `timeout` runs out first).
-inline std::vector<Completion> collect(CompletionQueue& cq, std::size_t n,
-                                       std::chrono::milliseconds timeout = kWait) {
+inline std::vector<Completion> collect(CompletionQueue& cq, std::size_t n, std::chrono::milliseconds timeout = kWait) {
   std::vector<Completion> out;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (out.size() < n) {

@@ -44,10 +44,10 @@ DAT_EP_ATTR default_attr() {
 
 DAT_RETURN check_attr(const DAT_EP_ATTR& a) {
   if (a.service_type != DAT_SERVICE_TYPE_RC) return err(DAT_MODEL_NOT_SUPPORTED, 0);
-  if (a.max_message_size > (64u << 20) || a.max_recv_dtos < 0 || a.max_request_dtos < 0 ||
-      a.max_recv_dtos > 65536 || a.max_request_dtos > 65536 || a.max_recv_iov < 0 || a.max_recv_iov > kMaxIov ||
-      a.max_request_iov < 0 || a.max_request_iov > kMaxIov || a.max_rdma_read_iov > kMaxIov ||
-      a.max_rdma_write_iov > kMaxIov || (static_cast<DAT_UINT32>(a.recv_completion_flags) & ~kFlagMask) ||
+  if (a.max_message_size > (64u << 20) || a.max_recv_dtos < 0 || a.max_request_dtos < 0 || a.max_recv_dtos > 65536 ||
+      a.max_request_dtos > 65536 || a.max_recv_iov < 0 || a.max_recv_iov > kMaxIov || a.max_request_iov < 0 ||
+      a.max_request_iov > kMaxIov || a.max_rdma_read_iov > kMaxIov || a.max_rdma_write_iov > kMaxIov ||
+      (static_cast<DAT_UINT32>(a.recv_completion_flags) & ~kFlagMask) ||
       (static_cast<DAT_UINT32>(a.request_completion_flags) & ~kFlagMask))
     return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG6);
   return DAT_SUCCESS;
@@ -74,8 +74,8 @@ DAT_RETURN build(const std::shared_ptr<Ep>& ep) {
   o.recv_cq = rcq;
   o.max_outstanding = static_cast<std::uint32_t>(std::max<DAT_COUNT>(1, ep->attr.max_request_dtos));
   o.max_recv = static_cast<std::uint32_t>(std::max<DAT_COUNT>(1, ep->attr.max_recv_dtos));
-  o.max_message = static_cast<std::uint32_t>(
-      std::max<DAT_VLEN>(64, ep->attr.max_message_size ? ep->attr.max_message_size : 65536));
+  o.max_message =
+      static_cast<std::uint32_t>(std::max<DAT_VLEN>(64, ep->attr.max_message_size ? ep->attr.max_message_size : 65536));
   if (ep->srq) o.srq = &ep->srq->q;
   auto r = ep->pz->zone.create_endpoint(o);
   if (!r) return from_errc(r.error());
@@ -106,7 +106,10 @@ void detach(const std::shared_ptr<Ep>& ep) {
   if (ep->request_evd) ep->request_evd->refs--;
   if (ep->connect_evd) {
     ep->connect_evd->refs--;
-    std::erase_if(ep->connect_evd->conn_eps, [&](auto& w) { auto p = w.lock(); return !p || p == ep; });
+    std::erase_if(ep->connect_evd->conn_eps, [&](auto& w) {
+      auto p = w.lock();
+      return !p || p == ep;
+    });
   }
   if (ep->srq) ep->srq->refs--;
 }
@@ -121,9 +124,8 @@ DAT_RETURN get_evd(DAT_EVD_HANDLE h, const std::shared_ptr<Ia>& ia, DAT_EVD_FLAG
   return DAT_SUCCESS;
 }
 
-DAT_RETURN create_ep(DAT_IA_HANDLE iah, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE recv, DAT_EVD_HANDLE req,
-                     DAT_EVD_HANDLE conn, DAT_SRQ_HANDLE srqh, bool with_srq, const DAT_EP_ATTR* attr,
-                     DAT_EP_HANDLE* out) {
+DAT_RETURN create_ep(DAT_IA_HANDLE iah, DAT_PZ_HANDLE pzh, DAT_EVD_HANDLE recv, DAT_EVD_HANDLE req, DAT_EVD_HANDLE conn,
+                     DAT_SRQ_HANDLE srqh, bool with_srq, const DAT_EP_ATTR* attr, DAT_EP_HANDLE* out) {
   Lock lock(g_mu);
   auto ia = std::static_pointer_cast<Ia>(lookup(iah, Kind::ia));
   if (!ia) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_IA);
@@ -168,7 +170,7 @@ DAT_RETURN post(DAT_EP_HANDLE h, Op op, DAT_COUNT n, const DAT_LMR_TRIPLET* iov,
       op == Op::recv ? ep->attr.recv_completion_flags : ep->attr.request_completion_flags;
   if ((flags & DAT_COMPLETION_UNSIGNALLED_FLAG) && !(allowed & DAT_COMPLETION_UNSIGNALLED_FLAG))
     return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG6);
-  const DAT_COUNT max_iov = op == Op::recv ? ep->attr.max_recv_iov
+  const DAT_COUNT max_iov = op == Op::recv   ? ep->attr.max_recv_iov
                             : op == Op::send ? ep->attr.max_request_iov
                             : op == Op::read ? std::max(ep->attr.max_rdma_read_iov, ep->attr.max_request_iov)
                                              : std::max(ep->attr.max_rdma_write_iov, ep->attr.max_request_iov);
@@ -200,15 +202,15 @@ DAT_RETURN post(DAT_EP_HANDLE h, Op op, DAT_COUNT n, const DAT_LMR_TRIPLET* iov,
     auto l = lmr_by_context(iov[i].lmr_context);
     if (!l || l->ia != ep->ia) return err(DAT_PRIVILEGES_VIOLATION, 0);
     if (l->pz != ep->pz) return err(DAT_PROTECTION_VIOLATION, 0);
-    if (!l->contains(iov[i].virtual_address, iov[i].segment_length)) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
+    if (!l->contains(iov[i].virtual_address, iov[i].segment_length))
+      return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
     if (!source && !(l->priv & DAT_MEM_PRIV_LOCAL_WRITE_FLAG)) return err(DAT_PRIVILEGES_VIOLATION, 0);
-    segs[kept++] = remora::Segment::at(l->mr, reinterpret_cast<const void*>(iov[i].virtual_address),
-                                       iov[i].segment_length);
+    segs[kept++] =
+        remora::Segment::at(l->mr, reinterpret_cast<const void*>(iov[i].virtual_address), iov[i].segment_length);
     total += iov[i].segment_length;
   }
   DAT_COUNT used = kept;
-  if (op == Op::send && ep->attr.max_message_size && total > ep->attr.max_message_size)
-    return err(DAT_LENGTH_ERROR, 0);
+  if (op == Op::send && ep->attr.max_message_size && total > ep->attr.max_message_size) return err(DAT_LENGTH_ERROR, 0);
   if (rdma && ep->attr.max_rdma_size && std::min<DAT_VLEN>(total, rmr->segment_length) > ep->attr.max_rdma_size)
     return err(DAT_LENGTH_ERROR, 0);
   if (op == Op::write && total > rmr->segment_length) return err(DAT_LENGTH_ERROR, 0);
@@ -260,8 +262,8 @@ bool modifiable(const Ep& ep) {
   }
 }
 
-DAT_RETURN start_connect(const std::shared_ptr<Ep>& ep, const sockaddr_in& to, DAT_CONN_QUAL qual,
-                         DAT_TIMEOUT timeout, DAT_COUNT psize, const void* pdata) {
+DAT_RETURN start_connect(const std::shared_ptr<Ep>& ep, const sockaddr_in& to, DAT_CONN_QUAL qual, DAT_TIMEOUT timeout,
+                         DAT_COUNT psize, const void* pdata) {
   if (qual == 0) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
   const std::uint16_t port = qual_port(qual);
   if (psize < 0 || static_cast<std::size_t>(psize) > remora::kMaxPrivateData || (psize > 0 && !pdata))
@@ -271,9 +273,9 @@ DAT_RETURN start_connect(const std::shared_ptr<Ep>& ep, const sockaddr_in& to, D
     return err(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY);
   char host[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, &to.sin_addr, host, sizeof host);
-  auto r = ep->rep.connect(host, port,
-                           std::span<const std::uint8_t>(static_cast<const std::uint8_t*>(pdata),
-                                                         static_cast<std::size_t>(psize)));
+  auto r = ep->rep.connect(
+      host, port,
+      std::span<const std::uint8_t>(static_cast<const std::uint8_t*>(pdata), static_cast<std::size_t>(psize)));
   if (!r) return from_errc(r.error(), DAT_INVALID_HANDLE_EP);
   ep->role = Role::active;
   ep->remote = to;
@@ -359,7 +361,10 @@ void destroy(const std::shared_ptr<Obj>& o) {
       sp->listener.close();
       if (sp->evd) {
         sp->evd->refs--;
-        std::erase_if(sp->evd->sps, [&](auto& w) { auto p = w.lock(); return !p || p == sp; });
+        std::erase_if(sp->evd->sps, [&](auto& w) {
+          auto p = w.lock();
+          return !p || p == sp;
+        });
       }
       if (sp->ep) {
         sp->ep->reserved = false;
@@ -439,7 +444,8 @@ DAT_RETURN dat_ep_modify(DAT_EP_HANDLE h, DAT_EP_PARAM_MASK mask, const DAT_EP_P
     }
   }
   if (mask & DAT_EP_FIELD_RECV_EVD_HANDLE)
-    if (auto rc = get_evd(p->recv_evd_handle, ep->ia, DAT_EVD_DTO_FLAG, DAT_INVALID_HANDLE_EVD_RECV, &rcv); rc) return rc;
+    if (auto rc = get_evd(p->recv_evd_handle, ep->ia, DAT_EVD_DTO_FLAG, DAT_INVALID_HANDLE_EVD_RECV, &rcv); rc)
+      return rc;
   if (mask & DAT_EP_FIELD_REQUEST_EVD_HANDLE)
     if (auto rc = get_evd(p->request_evd_handle, ep->ia, DAT_EVD_DTO_FLAG, DAT_INVALID_HANDLE_EVD_REQUEST, &req); rc)
       return rc;
@@ -527,8 +533,7 @@ DAT_RETURN dat_ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags) {
     // moved into the request EVD (where the consumer finds them) until none
     // is outstanding, the connection breaks, or a bound of 5 s passes.
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (ep->req.busy > 0 && ep_state(*ep) == DAT_EP_STATE_CONNECTED &&
-           std::chrono::steady_clock::now() < until &&
+    while (ep->req.busy > 0 && ep_state(*ep) == DAT_EP_STATE_CONNECTED && std::chrono::steady_clock::now() < until &&
            ep->request_evd->queue.size() < static_cast<std::size_t>(ep->request_evd->qlen)) {
       const std::size_t before = ep->req.busy;
       collect(*ep->request_evd);
@@ -670,8 +675,7 @@ DAT_RETURN dat_rsp_create(DAT_IA_HANDLE ia, DAT_CONN_QUAL qual, DAT_EP_HANDLE ep
   if (!ep || ep->ia.get() != ia) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP);
   if (!out) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG5);
   const DAT_EP_STATE st = ep_state(*ep);
-  if (st != DAT_EP_STATE_UNCONNECTED && st != DAT_EP_STATE_UNCONFIGURED_UNCONNECTED)
-    return err(DAT_INVALID_STATE, 0);
+  if (st != DAT_EP_STATE_UNCONNECTED && st != DAT_EP_STATE_UNCONFIGURED_UNCONNECTED) return err(DAT_INVALID_STATE, 0);
   std::shared_ptr<Sp> sp;
   if (auto rc = create_sp(ia, qual, false, evd, DAT_PSP_CONSUMER_FLAG, &sp, Kind::rsp); rc) return rc;
   sp->ep = ep;
@@ -729,11 +733,11 @@ DAT_RETURN dat_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE eph, DAT_COUNT psize, co
     return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
   const DAT_EP_STATE st = ep_state(*ep);
   const bool own = rsp || (cr->provider_ep && ep == cr->provider_ep);  // the SP's EP
-  const bool ok = st == DAT_EP_STATE_UNCONNECTED || (own && (st == DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING ||
-                                                             st == DAT_EP_STATE_RESERVED));
+  const bool ok = st == DAT_EP_STATE_UNCONNECTED ||
+                  (own && (st == DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING || st == DAT_EP_STATE_RESERVED));
   if (!ok || !ep->connect_evd) return err(DAT_INVALID_STATE, DAT_INVALID_STATE_EP_NOTREADY);
-  auto r = cr->req.accept_any_zone(ep->rep, std::span<const std::uint8_t>(static_cast<const std::uint8_t*>(pdata),
-                                                                           static_cast<std::size_t>(psize)));
+  auto r = cr->req.accept_any_zone(
+      ep->rep, std::span<const std::uint8_t>(static_cast<const std::uint8_t*>(pdata), static_cast<std::size_t>(psize)));
   if (!r) return from_errc(r.error(), DAT_INVALID_HANDLE_CR);
   ep->role = Role::passive;
   // dat_ep_query reports the peer as dat_cr_query does: its address and
@@ -848,10 +852,10 @@ DAT_RETURN dat_srq_post_recv(DAT_SRQ_HANDLE h, DAT_COUNT n, DAT_LMR_TRIPLET* iov
     auto l = lmr_by_context(iov[i].lmr_context);
     if (!l || l->ia != s->ia) return err(DAT_PRIVILEGES_VIOLATION, 0);
     if (l->pz != s->pz) return err(DAT_PROTECTION_VIOLATION, 0);
-    if (!l->contains(iov[i].virtual_address, iov[i].segment_length)) return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
+    if (!l->contains(iov[i].virtual_address, iov[i].segment_length))
+      return err(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
     if (!(l->priv & DAT_MEM_PRIV_LOCAL_WRITE_FLAG)) return err(DAT_PRIVILEGES_VIOLATION, 0);
-    segs[i] = remora::Segment::at(l->mr, reinterpret_cast<const void*>(iov[i].virtual_address),
-                                  iov[i].segment_length);
+    segs[i] = remora::Segment::at(l->mr, reinterpret_cast<const void*>(iov[i].virtual_address), iov[i].segment_length);
   }
   std::uint64_t token;
   if (!s->slots.take(kTokenSrq, cookie, DAT_COMPLETION_DEFAULT_FLAG, &token))

@@ -99,11 +99,11 @@ DAT_EP_STATE ep_state(const Ep& ep) {
                          : DAT_EP_STATE_UNCONFIGURED_UNCONNECTED;
   switch (ep.rep.state()) {
     case remora::EndpointState::unconnected:
-      return ep.tentative ? DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING
-                          : ep.reserved ? DAT_EP_STATE_RESERVED : DAT_EP_STATE_UNCONNECTED;
+      return ep.tentative  ? DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING
+             : ep.reserved ? DAT_EP_STATE_RESERVED
+                           : DAT_EP_STATE_UNCONNECTED;
     case remora::EndpointState::connect_pending:
-      return ep.role == Role::active ? DAT_EP_STATE_ACTIVE_CONNECTION_PENDING
-                                     : DAT_EP_STATE_PASSIVE_CONNECTION_PENDING;
+      return ep.role == Role::active ? DAT_EP_STATE_ACTIVE_CONNECTION_PENDING : DAT_EP_STATE_PASSIVE_CONNECTION_PENDING;
     case remora::EndpointState::connected: return DAT_EP_STATE_CONNECTED;
     default: return DAT_EP_STATE_DISCONNECTED;
   }
@@ -118,7 +118,7 @@ namespace {
 void convert_completion(Evd& e, const remora::Completion& c) {
   auto ep = ep_by_rid(c.endpoint_id);
   if (!ep) return;  // its EP was freed
-  SlotTable* table = (c.cookie & kTokenSrq) ? (ep->srq ? &ep->srq->slots : nullptr)
+  SlotTable* table = (c.cookie & kTokenSrq)    ? (ep->srq ? &ep->srq->slots : nullptr)
                      : (c.cookie & kTokenRecv) ? &ep->rcv
                                                : &ep->req;
   Slot* s = table ? table->find(c.cookie) : nullptr;
@@ -242,15 +242,14 @@ void collect(Evd& e) {
   for (auto& [zid, cq] : e.cqs) {
     remora::Completion c[16];
     for (;;) {
-      const std::size_t room = e.queue.size() < static_cast<std::size_t>(e.qlen)
-                                   ? static_cast<std::size_t>(e.qlen) - e.queue.size()
-                                   : 0;
+      const std::size_t room =
+          e.queue.size() < static_cast<std::size_t>(e.qlen) ? static_cast<std::size_t>(e.qlen) - e.queue.size() : 0;
       if (room == 0) break;
       // wait(0) rather than poll(): it takes what is there and drives the
       // endpoints once without claiming them from the zone's agent, which
       // keeps making progress while this thread sleeps on the queue's fd.
-      auto n = cq->wait(std::span<remora::Completion>(c, std::min<std::size_t>(16, room)),
-                        std::chrono::milliseconds(0));
+      auto n =
+          cq->wait(std::span<remora::Completion>(c, std::min<std::size_t>(16, room)), std::chrono::milliseconds(0));
       if (!n || *n == 0) break;
       for (std::size_t i = 0; i < *n; ++i) convert_completion(e, c[i]);
     }
@@ -370,8 +369,7 @@ DAT_RETURN dat_evd_dequeue(DAT_EVD_HANDLE h, DAT_EVENT* out) {
   return DAT_SUCCESS;
 }
 
-DAT_RETURN dat_evd_wait(DAT_EVD_HANDLE h, DAT_TIMEOUT timeout, DAT_COUNT threshold, DAT_EVENT* out,
-                        DAT_COUNT* nmore) {
+DAT_RETURN dat_evd_wait(DAT_EVD_HANDLE h, DAT_TIMEOUT timeout, DAT_COUNT threshold, DAT_EVENT* out, DAT_COUNT* nmore) {
   AgentScope agents;
   std::unique_lock<std::recursive_mutex> lock(g_mu);
   auto e = std::static_pointer_cast<Evd>(lookup(h, Kind::evd));

@@ -89,9 +89,7 @@ struct Lmr : Obj {
   std::size_t size = 0;
   std::array<char, DAT_LMR_COOKIE_SIZE> cookie{};
   int refs = 0;  // bound RMRs
-  bool contains(DAT_VADDR a, DAT_VLEN len) const {
-    return a >= base && len <= size && a - base <= size - len;
-  }
+  bool contains(DAT_VADDR a, DAT_VLEN len) const { return a >= base && len <= size && a - base <= size - len; }
 };
 
 struct Rmr : Obj {
@@ -129,7 +127,7 @@ struct Evd : Obj {
   Evd() : Obj(Kind::evd), seq(++created) {}
   ~Evd();
   static inline std::uint64_t created = 0;  // under the DAT lock
-  std::uint64_t seq;  // creation order
+  std::uint64_t seq;                        // creation order
   DAT_EVD_FLAGS flags = DAT_EVD_DEFAULT_FLAG;
   DAT_COUNT qlen = 0;
   std::shared_ptr<Cno> cno;
@@ -167,7 +165,7 @@ struct SlotTable {
   std::vector<Slot> slots;
   std::vector<std::uint32_t> free;
   std::deque<std::uint32_t> order;  // busy slots in posting order
-  std::size_t limit = 0;  // at most this many busy
+  std::size_t limit = 0;            // at most this many busy
   std::size_t busy = 0;
   void init(std::size_t n, std::size_t cap) {
     slots.assign(cap, Slot{});
@@ -262,8 +260,8 @@ struct Ep : Obj {
   std::uint64_t rid = 0;
   SlotTable req, rcv;
   Role role = Role::none;
-  bool reserved = false;  // bound to an RSP
-  bool tentative = false; // its RSP received a request
+  bool reserved = false;   // bound to an RSP
+  bool tentative = false;  // its RSP received a request
   bool timed_out = false;
   std::chrono::steady_clock::time_point deadline{};
   bool has_deadline = false;

@@ -82,8 +82,8 @@ DAT_RETURN claim_cookie(const char* cookie, const SharedId& id) {
   if (n > 0) {
     SharedId old;
     char p[4000] = {};
-    int k = std::sscanf(buf, "%llu %llu %llu %llu %3999[^\n]", &old.dev_major, &old.dev_minor, &old.inode,
-                        &old.offset, p);
+    int k =
+        std::sscanf(buf, "%llu %llu %llu %llu %3999[^\n]", &old.dev_major, &old.dev_minor, &old.inode, &old.offset, p);
     if (k >= 4) {
       old.path = k == 5 ? p : "";
       const bool same = old.dev_major == id.dev_major && old.dev_minor == id.dev_minor && old.inode == id.inode &&
@@ -204,8 +204,7 @@ DAT_RETURN dat_lmr_create(DAT_IA_HANDLE iah, DAT_MEM_TYPE type, DAT_REGION_DESCR
       l->length = length;
       break;
     }
-    default:
-      return err(DAT_MODEL_NOT_SUPPORTED, 0);
+    default: return err(DAT_MODEL_NOT_SUPPORTED, 0);
   }
   if (count_lmrs(ia.get()) >= max_lmrs()) return err(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY_REGION);
   // Local read is implicit, as on InfiniBand (which has no local-read bit):
@@ -355,8 +354,8 @@ DAT_RETURN dat_rmr_bind(DAT_RMR_HANDLE h, const DAT_LMR_TRIPLET* t, DAT_MEM_PRIV
     if (st == DAT_EP_STATE_DISCONNECTED) {
       status = DAT_DTO_ERR_FLUSHED;
     } else {
-      remora::Access acc = to_access(static_cast<DAT_MEM_PRIV_FLAGS>(
-          priv & (DAT_MEM_PRIV_REMOTE_READ_FLAG | DAT_MEM_PRIV_REMOTE_WRITE_FLAG)));
+      remora::Access acc = to_access(
+          static_cast<DAT_MEM_PRIV_FLAGS>(priv & (DAT_MEM_PRIV_REMOTE_READ_FLAG | DAT_MEM_PRIV_REMOTE_WRITE_FLAG)));
       if (acc == remora::Access::none) acc = remora::Access::local_read;
       auto mr = r->pz->zone.register_memory(reinterpret_cast<void*>(t->virtual_address), t->segment_length, acc);
       if (!mr) return from_errc(mr.error());

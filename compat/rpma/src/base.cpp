@@ -38,13 +38,11 @@ int rpma_error(std::error_code ec) noexcept {
   }
   switch (static_cast<Errc>(ec.value())) {
     case Errc::invalid_handle:
-    case Errc::invalid_argument:
-      return RPMA_E_INVAL;
+    case Errc::invalid_argument: return RPMA_E_INVAL;
     case Errc::not_supported:
     case Errc::malformed:  // bytes that are not a valid descriptor
       return RPMA_E_NOSUPP;
-    case Errc::no_memory:
-      return RPMA_E_NOMEM;
+    case Errc::no_memory: return RPMA_E_NOMEM;
     case Errc::timeout:  // a wait that found nothing
       return RPMA_E_NO_EVENT;
     case Errc::length_error:
@@ -59,8 +57,7 @@ int rpma_error(std::error_code ec) noexcept {
     case Errc::not_connected:
     case Errc::address_in_use:
     case Errc::provider_error:
-    case Errc::io_error:
-      return RPMA_E_PROVIDER;
+    case Errc::io_error: return RPMA_E_PROVIDER;
   }
   return RPMA_E_UNKNOWN;
 }
@@ -181,8 +178,10 @@ int local_address_for(const char* addr, rpma_util_ibv_context_type type, std::st
     rc = bind(s, reinterpret_cast<sockaddr*>(&ss), sl);  // fails unless the address is ours
   } else {
     // The route to a peer: a connected datagram socket picks the source address.
-    if (family == AF_INET) reinterpret_cast<sockaddr_in*>(&ss)->sin_port = htons(9);
-    else reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port = htons(9);
+    if (family == AF_INET)
+      reinterpret_cast<sockaddr_in*>(&ss)->sin_port = htons(9);
+    else
+      reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port = htons(9);
     rc = connect(s, reinterpret_cast<sockaddr*>(&ss), sl);
     if (rc == 0) {
       sl = sizeof ss;
@@ -282,7 +281,8 @@ int rpma_log_set_function(rpma_log_function* log_function) {
 
 // ---- device lookup ---------------------------------------------------------------
 
-int rpma_utils_get_ibv_context(const char* addr, enum rpma_util_ibv_context_type type, struct ibv_context** ibv_ctx_ptr) {
+int rpma_utils_get_ibv_context(const char* addr, enum rpma_util_ibv_context_type type,
+                               struct ibv_context** ibv_ctx_ptr) {
   if (addr == nullptr || ibv_ctx_ptr == nullptr) return RPMA_E_INVAL;
   if (type != RPMA_UTIL_IBV_CONTEXT_LOCAL && type != RPMA_UTIL_IBV_CONTEXT_REMOTE) return RPMA_E_INVAL;
   std::string local;
@@ -404,16 +404,16 @@ int rpma_conn_cfg_get_timeout(const struct rpma_conn_cfg* cfg, int* timeout_ms) 
   return 0;
 }
 
-#define RPMA_CFG_U32(name, field)                                                      \
-  int rpma_conn_cfg_set_##name(struct rpma_conn_cfg* cfg, uint32_t v) {                \
-    if (cfg == nullptr) return RPMA_E_INVAL;                                           \
-    cfg->field = v;                                                                    \
-    return 0;                                                                          \
-  }                                                                                    \
-  int rpma_conn_cfg_get_##name(const struct rpma_conn_cfg* cfg, uint32_t* v) {         \
-    if (cfg == nullptr || v == nullptr) return RPMA_E_INVAL;                           \
-    *v = cfg->field;                                                                   \
-    return 0;                                                                          \
+#define RPMA_CFG_U32(name, field)                                              \
+  int rpma_conn_cfg_set_##name(struct rpma_conn_cfg* cfg, uint32_t v) {        \
+    if (cfg == nullptr) return RPMA_E_INVAL;                                   \
+    cfg->field = v;                                                            \
+    return 0;                                                                  \
+  }                                                                            \
+  int rpma_conn_cfg_get_##name(const struct rpma_conn_cfg* cfg, uint32_t* v) { \
+    if (cfg == nullptr || v == nullptr) return RPMA_E_INVAL;                   \
+    *v = cfg->field;                                                           \
+    return 0;                                                                  \
   }
 RPMA_CFG_U32(cq_size, cq_size)
 RPMA_CFG_U32(rcq_size, rcq_size)

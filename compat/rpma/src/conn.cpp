@@ -279,8 +279,10 @@ int rpma_conn_req_connect(struct rpma_conn_req** req_ptr, const struct rpma_conn
   }
   conn->event_watch_fd = make_watch_fd({req->ep.event_fd()});
   if (req->shared) {
-    if (req->rcq) conn->compl_fd = make_watch_fd({req->cq->cq.fd(), req->rcq->cq.fd()});
-    else conn->compl_fd = make_watch_fd({req->cq->cq.fd()});
+    if (req->rcq)
+      conn->compl_fd = make_watch_fd({req->cq->cq.fd(), req->rcq->cq.fd()});
+    else
+      conn->compl_fd = make_watch_fd({req->cq->cq.fd()});
   }
   if (conn->event_watch_fd < 0 || (req->shared && conn->compl_fd < 0)) {
     if (conn->event_watch_fd >= 0) ::close(conn->event_watch_fd);
@@ -636,12 +638,18 @@ int rpma_cq_get_wc(struct rpma_cq* cq, int num_entries, struct ibv_wc* wc, int* 
       // operation the target cannot carry out (a PERSISTENT flush to a
       // region it holds as not persistent) a remote invalid request.
       w.vendor_err = static_cast<std::uint32_t>(c[i].status.value());
-      if (c[i].status == Errc::flushed) w.status = IBV_WC_WR_FLUSH_ERR;
-      else if (c[i].status == Errc::remote_access) w.status = IBV_WC_REM_ACCESS_ERR;
-      else if (c[i].status == Errc::length_error) w.status = IBV_WC_LOC_LEN_ERR;
-      else if (c[i].status == Errc::io_error) w.status = IBV_WC_REM_OP_ERR;
-      else if (c[i].status == Errc::not_supported) w.status = IBV_WC_REM_INV_REQ_ERR;
-      else w.status = IBV_WC_GENERAL_ERR;
+      if (c[i].status == Errc::flushed)
+        w.status = IBV_WC_WR_FLUSH_ERR;
+      else if (c[i].status == Errc::remote_access)
+        w.status = IBV_WC_REM_ACCESS_ERR;
+      else if (c[i].status == Errc::length_error)
+        w.status = IBV_WC_LOC_LEN_ERR;
+      else if (c[i].status == Errc::io_error)
+        w.status = IBV_WC_REM_OP_ERR;
+      else if (c[i].status == Errc::not_supported)
+        w.status = IBV_WC_REM_INV_REQ_ERR;
+      else
+        w.status = IBV_WC_GENERAL_ERR;
     }
     w.byte_len = static_cast<std::uint32_t>(c[i].length);
     if (c[i].has_imm) {

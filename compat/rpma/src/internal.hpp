@@ -74,8 +74,8 @@ struct rpma_srq_cfg {
 
 struct rpma_cq {
   remora::CompletionQueue cq;
-  int watch_fd = -1;        // what rpma_cq_get_fd() hands out
-  bool shared = false;      // part of a connection's shared completion channel
+  int watch_fd = -1;    // what rpma_cq_get_fd() hands out
+  bool shared = false;  // part of a connection's shared completion channel
   ~rpma_cq();
 };
 

@@ -45,8 +45,7 @@ Result<void> EndpointImpl::setup_connection(const std::shared_ptr<void>& request
   }
   const std::size_t buf = std::max<std::size_t>(options.max_message, sizeof(wire::Ctl));
   rx_memory.assign(buf * nrx, 0);
-  auto key = zone->domain->register_memory(rx_memory.data(), rx_memory.size(), Access::local_write,
-                                           zone->random_key());
+  auto key = zone->domain->register_memory(rx_memory.data(), rx_memory.size(), Access::local_write, zone->random_key());
   if (!key) return key.error();
   rx_key = std::move(*key);
   rx = std::vector<OpSlot>(nrx);
@@ -128,7 +127,6 @@ Result<void> EndpointImpl::post(const Operation& op, std::uint64_t cookie, PostF
   }
   return {};
 }
-
 
 Result<std::uint32_t> EndpointImpl::take_slot() {
   if (free_slots.empty()) return Errc::queue_full;

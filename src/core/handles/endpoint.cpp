@@ -247,8 +247,7 @@ Result<void> Endpoint::reset() {
   {
     detail::MutexLock lock(impl_->mu);
     if (impl_->closed) return Errc::invalid_handle;
-    if (impl_->state != EndpointState::disconnected && impl_->state != EndpointState::error)
-      return Errc::invalid_state;
+    if (impl_->state != EndpointState::disconnected && impl_->state != EndpointState::error) return Errc::invalid_state;
   }
   impl_->drop_connection();
   detail::MutexLock lock(impl_->mu);

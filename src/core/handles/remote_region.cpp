@@ -12,7 +12,9 @@ constexpr std::uint8_t kVersion = 1;
 constexpr std::uint8_t kFlagRead = 1, kFlagWrite = 2, kFlagPersistent = 4;
 
 template <class T>
-void put(std::uint8_t* p, T v) { std::memcpy(p, &v, sizeof v); }
+void put(std::uint8_t* p, T v) {
+  std::memcpy(p, &v, sizeof v);
+}
 template <class T>
 T get(const std::uint8_t* p) {
   T v;

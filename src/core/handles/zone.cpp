@@ -37,8 +37,8 @@ bool range_mapped(const void* addr, std::size_t len) noexcept {
   return msync(reinterpret_cast<void*>(start), end - start, MS_ASYNC) == 0;
 }
 
-Result<std::shared_ptr<RegionImpl>> register_region(const std::shared_ptr<ZoneImpl>& zone, void* addr,
-                                                    std::size_t len, Access access) {
+Result<std::shared_ptr<RegionImpl>> register_region(const std::shared_ptr<ZoneImpl>& zone, void* addr, std::size_t len,
+                                                    Access access) {
   auto r = std::make_shared<RegionImpl>();
   r->zone = zone;
   r->base = addr;

@@ -34,7 +34,7 @@ CtlCheck parse_ctl(std::span<const std::uint8_t> bytes, Ctl& out) {
     case op_bye: return CtlCheck::ok;
     case op_flush:
       return out.flush_type <= static_cast<std::uint8_t>(FlushType::persistent) ? CtlCheck::ok
-                                                                                 : CtlCheck::unknown_flush;
+                                                                                : CtlCheck::unknown_flush;
     default: return CtlCheck::unknown_op;
   }
 }
