@@ -113,8 +113,9 @@ namespace {
 
 /// A core completion becomes a DTO event. Events of an EP's request queue
 /// (and of its receive queue) are reported in posting order, as DAT
-/// requires, even when the transport finishes them in another order (an RDMA
-/// read can finish before an earlier write).
+/// requires: the core already delivers each endpoint's completions in that
+/// order (even when the transport finishes them in another), so each is
+/// queued as it comes.
 void convert_completion(Evd& e, const remora::Completion& c) {
   auto ep = ep_by_rid(c.endpoint_id);
   if (!ep) return;  // its EP was freed
@@ -134,14 +135,9 @@ void convert_completion(Evd& e, const remora::Completion& c) {
   d.transfered_length = st == DAT_DTO_SUCCESS ? c.length : 0;
   s->emit = !(st == DAT_DTO_SUCCESS && (s->flags & DAT_COMPLETION_SUPPRESS_FLAG));
   s->notify = st != DAT_DTO_SUCCESS || !(s->flags & DAT_COMPLETION_UNSIGNALLED_FLAG);
-  if (c.cookie & kTokenSrq) {
-    // An SRQ serves several EPs; its receives are reported as they complete.
-    Slot out;
-    if (table->release(c.cookie, &out) && out.emit) enqueue(e, out.ev, out.notify);
-    return;
-  }
-  s->done = true;
-  table->drain([&](const Slot& done) { enqueue(e, done.ev, done.notify); });
+  // (An SRQ serves several EPs; its receives are reported as they complete.)
+  Slot out;
+  if (table->release(c.cookie, &out) && out.emit) enqueue(e, out.ev, out.notify);
 }
 
 void conn_event(Evd& e, Ep& ep, DAT_EVENT_NUMBER n, std::vector<std::uint8_t> pdata = {}) {

@@ -153,24 +153,23 @@ struct Slot {
   DAT_COMPLETION_FLAGS flags = DAT_COMPLETION_DEFAULT_FLAG;
   bool busy = false;
   std::uint32_t gen = 0;
-  // Completed, waiting for the operations posted before it (in-order report).
-  bool done = false;
   bool emit = false;
   bool notify = true;
   DAT_EVENT ev{};
 };
 
 /// A fixed table of outstanding operations; the Remora cookie names a slot.
+/// It keeps what a completion needs from the post (the consumer's cookie and
+/// flags). Posting order needs no help here: the core reports each
+/// endpoint's sends and receives in the order they were posted.
 struct SlotTable {
   std::vector<Slot> slots;
   std::vector<std::uint32_t> free;
-  std::deque<std::uint32_t> order;  // busy slots in posting order
-  std::size_t limit = 0;            // at most this many busy
+  std::size_t limit = 0;  // at most this many busy
   std::size_t busy = 0;
   void init(std::size_t n, std::size_t cap) {
     slots.assign(cap, Slot{});
     free.clear();
-    order.clear();
     for (std::size_t i = cap; i > 0; --i) free.push_back(static_cast<std::uint32_t>(i - 1));
     limit = n;
     busy = 0;
@@ -181,50 +180,27 @@ struct SlotTable {
     free.pop_back();
     Slot& s = slots[i];
     s.busy = true;
-    s.done = false;
     s.cookie = cookie;
     s.flags = flags;
     ++s.gen;
     ++busy;
-    order.push_back(i);
     *token = tag | (std::uint64_t{s.gen & 0x3fffffffu} << 32) | i;
     return true;
   }
   /// The busy slot a token names, or null (stale or foreign token).
   Slot* find(std::uint64_t token) {
     std::uint32_t i = static_cast<std::uint32_t>(token);
-    if (i >= slots.size() || !slots[i].busy || slots[i].done ||
-        (slots[i].gen & 0x3fffffffu) != ((token >> 32) & 0x3fffffffu))
+    if (i >= slots.size() || !slots[i].busy || (slots[i].gen & 0x3fffffffu) != ((token >> 32) & 0x3fffffffu))
       return nullptr;
     return &slots[i];
-  }
-  /// Hand the completed operations at the head of the posting order to
-  /// `out`, oldest first, freeing their slots.
-  template <class F>
-  void drain(F&& out) {
-    while (!order.empty() && slots[order.front()].done) {
-      Slot& s = slots[order.front()];
-      if (s.emit) out(s);
-      s.busy = false;
-      s.done = false;
-      free.push_back(order.front());
-      order.pop_front();
-      --busy;
-    }
   }
   bool release(std::uint64_t token, Slot* out) {
     Slot* s = find(token);
     if (!s) return false;
-    const auto i = static_cast<std::uint32_t>(s - slots.data());
     *out = *s;
     s->busy = false;
-    free.push_back(i);
+    free.push_back(static_cast<std::uint32_t>(s - slots.data()));
     --busy;
-    for (auto it = order.begin(); it != order.end(); ++it)
-      if (*it == i) {
-        order.erase(it);
-        break;
-      }
     return true;
   }
   /// Take back a slot whose post failed (the newest one).
