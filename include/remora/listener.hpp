@@ -57,7 +57,8 @@ class Listener {
   Listener() = default;
   explicit Listener(std::shared_ptr<detail::ListenerImpl> impl) : impl_(std::move(impl)) {}
   Listener(Listener&&) noexcept = default;
-  Listener& operator=(Listener&&) noexcept = default;
+  /// Closes the listener this handle held, as the destructor does.
+  Listener& operator=(Listener&& other) noexcept;
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
   ~Listener();

@@ -92,7 +92,20 @@ Result<void> ConnectionRequest::reject(std::span<const std::uint8_t> pdata) {
   return listener->pep->reject(impl_->request, detail::wire::make_hello(0, pdata));
 }
 
-Listener::~Listener() = default;
+// The handle is the only one of its listener: dropping it closes the
+// listener (and rejects requests nobody took) on the owner's thread, never on
+// a progress thread that happens to drop the last internal reference.
+Listener::~Listener() {
+  if (impl_) impl_->close();
+}
+
+Listener& Listener::operator=(Listener&& other) noexcept {
+  if (this != &other) {
+    if (impl_) impl_->close();
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
 
 std::uint16_t Listener::port() const noexcept {
   if (!impl_) return 0;
