@@ -353,6 +353,10 @@ class Agent : public std::enable_shared_from_this<Agent> {
  private:
   void run();
   void handle_cm(backend::CmEvent& ev);
+  /// Read one queued connection-management event (false: none). Reading
+  /// runs the transport's progress, so it holds transport_mu (shared); it is
+  /// released before the event is handled (that takes endpoint locks).
+  bool next_cm_event(backend::CmEvent& ev);
   ZoneImpl* zone_;
   bool busy_;
   int epfd_ = -1;

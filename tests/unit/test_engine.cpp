@@ -449,6 +449,16 @@ struct RawSession {
     MUST(peer.conn->connect(w.name, w.lis.port(), hello));
     w.settle();
   }
+  /// Accept the peer's request into `ep`: both ends see the connection.
+  void accept(World& w) {
+    auto req = MUST(w.lis.next_request(0ms));
+    MUST(req.accept(ep));
+    w.settle();
+    auto ev = peer.event();
+    ASSERT_TRUE(ev.has_value());
+    ASSERT_EQ(ev->kind, CmEvent::connected);
+    World::expect_event(ep, ConnectionEventType::established);
+  }
   RawPeer peer;
   Endpoint ep;
 };
@@ -516,18 +526,13 @@ TEST_F(Engine, MalformedMessagesEndOnlyThatConnection) {
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
     RawSession raw(w, wire::make_hello(4096, {}));
-    auto req = MUST(w.lis.next_request(0ms));
-    MUST(req.accept(raw.ep));
-    w.settle();
-    auto ev = raw.peer.event();
-    ASSERT_TRUE(ev.has_value());
-    ASSERT_EQ(ev->kind, CmEvent::connected);
-    World::expect_event(raw.ep, ConnectionEventType::established);
+    raw.accept(w);
+    ASSERT_FALSE(HasFatalFailure());
     ASSERT_EQ(raw.peer.conn->inject(c.bytes.data(), c.bytes.size(), c.data), 0);
     w.settle();
     EXPECT_EQ(raw.ep.state(), EndpointState::error);
     World::expect_event(raw.ep, ConnectionEventType::lost);
-    ev = raw.peer.event();
+    auto ev = raw.peer.event();
     ASSERT_TRUE(ev.has_value()) << "the peer was not disconnected";
     EXPECT_EQ(ev->kind, CmEvent::shutdown);
     expect_world_still_serves(w);
@@ -537,13 +542,10 @@ TEST_F(Engine, MalformedMessagesEndOnlyThatConnection) {
 TEST_F(Engine, WriteWithDataOfAnotherKindEndsThatConnection) {
   World w;
   RawSession raw(w, wire::make_hello(4096, {}));
-  auto req = MUST(w.lis.next_request(0ms));
-  MUST(req.accept(raw.ep));
-  w.settle();
-  ASSERT_TRUE(raw.peer.event().has_value());
+  raw.accept(w);
+  ASSERT_FALSE(HasFatalFailure());
   std::uint8_t bytes[8] = {};
   remora::backend::Iov v{bytes, sizeof bytes, nullptr};
-  World::expect_event(raw.ep, ConnectionEventType::established);
   ASSERT_EQ(raw.peer.conn->write({&v, 1}, w.rr.address(), w.rr.key(), true, wire::data(wire::user_msg), nullptr), 0);
   w.settle();
   EXPECT_EQ(raw.ep.state(), EndpointState::error);
@@ -554,10 +556,8 @@ TEST_F(Engine, WriteWithDataOfAnotherKindEndsThatConnection) {
 TEST_F(Engine, UnknownOperationOrFlushTypeIsAnsweredNotSupported) {
   World w;
   RawSession raw(w, wire::make_hello(4096, {}));
-  auto req = MUST(w.lis.next_request(0ms));
-  MUST(req.accept(raw.ep));
-  w.settle();
-  ASSERT_TRUE(raw.peer.event().has_value());
+  raw.accept(w);
+  ASSERT_FALSE(HasFatalFailure());
   wire::Ctl unknown_op = wire::make_ctl(static_cast<wire::CtlOp>(0x42), w.rr.key(), w.rr.address(), 8);
   unknown_op.token = 0x1111;
   wire::Ctl unknown_flush = wire::make_ctl(wire::op_flush, w.rr.key(), w.rr.address(), 8);
@@ -586,10 +586,8 @@ TEST_F(Engine, UnknownOperationOrFlushTypeIsAnsweredNotSupported) {
 TEST_F(Engine, ReplyToNothingIsIgnored) {
   World w;
   RawSession raw(w, wire::make_hello(4096, {}));
-  auto req = MUST(w.lis.next_request(0ms));
-  MUST(req.accept(raw.ep));
-  w.settle();
-  ASSERT_TRUE(raw.peer.event().has_value());
+  raw.accept(w);
+  ASSERT_FALSE(HasFatalFailure());
   // Our World's initiator is the one with slots; a stray reply on the raw
   // connection names a slot the target endpoint never used.
   wire::Ctl stray = wire::make_ctl(wire::op_flush, 0, 0, 0);

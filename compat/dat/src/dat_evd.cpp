@@ -122,22 +122,20 @@ void convert_completion(Evd& e, const remora::Completion& c) {
   SlotTable* table = (c.cookie & kTokenSrq)    ? (ep->srq ? &ep->srq->slots : nullptr)
                      : (c.cookie & kTokenRecv) ? &ep->rcv
                                                : &ep->req;
-  Slot* s = table ? table->find(c.cookie) : nullptr;
-  if (!s) return;
+  // (An SRQ serves several EPs; its receives are reported as they complete.)
+  Slot s;
+  if (table == nullptr || !table->release(c.cookie, &s)) return;  // stale or foreign token
   const DAT_DTO_COMPLETION_STATUS st = dto_status(c.status);
-  s->ev = DAT_EVENT{};
-  s->ev.event_number = DAT_DTO_COMPLETION_EVENT;
-  s->ev.evd_handle = &e;
-  auto& d = s->ev.event_data.dto_completion_event_data;
+  if (st == DAT_DTO_SUCCESS && (s.flags & DAT_COMPLETION_SUPPRESS_FLAG)) return;
+  DAT_EVENT ev{};
+  ev.event_number = DAT_DTO_COMPLETION_EVENT;
+  ev.evd_handle = &e;
+  auto& d = ev.event_data.dto_completion_event_data;
   d.ep_handle = ep.get();
-  d.user_cookie = s->cookie;
+  d.user_cookie = s.cookie;
   d.status = st;
   d.transfered_length = st == DAT_DTO_SUCCESS ? c.length : 0;
-  s->emit = !(st == DAT_DTO_SUCCESS && (s->flags & DAT_COMPLETION_SUPPRESS_FLAG));
-  s->notify = st != DAT_DTO_SUCCESS || !(s->flags & DAT_COMPLETION_UNSIGNALLED_FLAG);
-  // (An SRQ serves several EPs; its receives are reported as they complete.)
-  Slot out;
-  if (table->release(c.cookie, &out) && out.emit) enqueue(e, out.ev, out.notify);
+  enqueue(e, ev, st != DAT_DTO_SUCCESS || !(s.flags & DAT_COMPLETION_UNSIGNALLED_FLAG));
 }
 
 void conn_event(Evd& e, Ep& ep, DAT_EVENT_NUMBER n, std::vector<std::uint8_t> pdata = {}) {

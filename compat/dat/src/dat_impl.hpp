@@ -153,9 +153,6 @@ struct Slot {
   DAT_COMPLETION_FLAGS flags = DAT_COMPLETION_DEFAULT_FLAG;
   bool busy = false;
   std::uint32_t gen = 0;
-  bool emit = false;
-  bool notify = true;
-  DAT_EVENT ev{};
 };
 
 /// A fixed table of outstanding operations; the Remora cookie names a slot.

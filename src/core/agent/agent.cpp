@@ -132,19 +132,14 @@ void Agent::handle_cm(backend::CmEvent& ev) {
   listener->cv.notify_all();
 }
 
+bool Agent::next_cm_event(backend::CmEvent& ev) {
+  std::shared_lock<std::shared_mutex> transport(zone_->transport_mu);
+  return zone_->domain->next_cm_event(ev);
+}
+
 std::size_t Agent::run_once() {
   std::size_t work = 0;
-  backend::CmEvent ev;
-  for (;;) {
-    bool got;
-    {
-      std::shared_lock<std::shared_mutex> transport(zone_->transport_mu);
-      got = zone_->domain->next_cm_event(ev);
-    }
-    if (!got) break;
-    handle_cm(ev);
-    ++work;
-  }
+  for (backend::CmEvent ev; next_cm_event(ev); ++work) handle_cm(ev);
   std::vector<std::shared_ptr<EndpointImpl>> eps;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -172,12 +167,6 @@ void Agent::run() {
     // it also runs a progress pass over every connection, which would double
     // the cost of each turn. After a sleep it always looks.
     const bool look_at_cm = !spinning || ++turn_ % 64 == 0;
-    // Reading it runs the transport's progress: under transport_mu (shared),
-    // released before the event is handled (that takes endpoint locks).
-    auto next_cm_event = [this](backend::CmEvent& e) {
-      std::shared_lock<std::shared_mutex> transport(zone_->transport_mu);
-      return zone_->domain->next_cm_event(e);
-    };
     while (look_at_cm && !stop_ && next_cm_event(ev)) {
       handle_cm(ev);
       ++work;

@@ -264,16 +264,14 @@ void EndpointImpl::handle(const backend::CqEntry& e) {
     // Remote write with immediate data at the target.
     if (e.err != 0 || !(e.flags & backend::kCqRemoteData)) return;
     if (wire::kind_of(e.data) != wire::write_imm) return protocol_violation();
-    {
-      Incoming in;
-      in.write_imm = true;
-      in.has_imm = true;
-      in.imm = static_cast<std::uint32_t>(e.data);
-      const std::uint64_t carried = wire::write_imm_length(e.data);
-      in.length = e.len != 0 || carried == wire::kLengthUnknown ? e.len : carried;
-      deliver(std::move(in));
-      ++msgs_handled;
-    }
+    Incoming in;
+    in.write_imm = true;
+    in.has_imm = true;
+    in.imm = static_cast<std::uint32_t>(e.data);
+    const std::uint64_t carried = wire::write_imm_length(e.data);
+    in.length = e.len != 0 || carried == wire::kLengthUnknown ? e.len : carried;
+    deliver(std::move(in));
+    ++msgs_handled;
     return;
   }
   auto* s = reinterpret_cast<OpSlot*>(e.context);
