@@ -600,3 +600,30 @@ TEST_F(Engine, ReplyToNothingIsIgnored) {
 }
 
 }  // namespace
+
+namespace {
+
+// The calls this transport and the manual zones add, given bad input.
+TEST_F(Engine, BadInputToTheInMemoryTransportAndManualProgress) {
+  ProtectionZone none;
+  EXPECT_ERR(none.progress(), Errc::invalid_handle);
+  FabricOptions nameless;
+  nameless.provider = mem::kProvider;
+  nameless.address = "";
+  EXPECT_ERR(Fabric::open(nameless), Errc::invalid_argument);
+
+  World w;
+  EXPECT_ERR(w.tz.listen(w.name, w.lis.port()), Errc::address_in_use);
+  // Nobody listens on that port: the connection is reported unreachable.
+  EndpointOptions o;
+  o.send_cq = &w.icq;
+  auto ep = MUST(w.iz.create_endpoint(o));
+  ASSERT_OK(ep.connect(w.name, static_cast<std::uint16_t>(w.lis.port() + 1)));
+  w.settle();
+  World::expect_event(ep, ConnectionEventType::unreachable);
+  // Connecting again from a used endpoint is a state error, nothing posted.
+  EXPECT_ERR(ep.connect(w.name, w.lis.port()), Errc::invalid_state);
+  EXPECT_EQ(w.net->held(), 0u);
+}
+
+}  // namespace
