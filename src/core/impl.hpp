@@ -333,6 +333,13 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   void on_cm_event(backend::CmEvent& ev) REMORA_EXCLUDES(mu);
   void push_event(ConnectionEvent ev);
   void drop_connection() noexcept REMORA_EXCLUDES(mu);
+  /// An accepted connection can be established at the transport while its
+  /// `connected` event still waits in the zone's queue (the agent thread has
+  /// not run yet); closing or disconnecting it then would skip the goodbye
+  /// and the peer would see the connection lost. The handle's close and
+  /// disconnect call this first: it handles the queued events on the
+  /// caller's thread. Never from inside the agent's event handling.
+  void settle_accept() noexcept REMORA_EXCLUDES(mu);
   void close() noexcept REMORA_EXCLUDES(mu);
 };
 
@@ -349,6 +356,11 @@ class Agent : public std::enable_shared_from_this<Agent> {
   /// One pass on the calling thread: connection management, then every
   /// endpoint (ProtectionZone::progress). Returns the work done.
   std::size_t run_once();
+  /// Read and handle every queued connection-management event on the
+  /// calling thread. One thread at a time (cm_mu_), so the events of one
+  /// connection are handled in the order they were read. Returns how many.
+  /// Called with no endpoint or listener lock held: handling takes them.
+  std::size_t dispatch_cm();
 
  private:
   void run();
@@ -364,6 +376,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::mutex mu_;
+  std::mutex cm_mu_;  // dispatch_cm: one reader and handler at a time
   struct Watched {
     std::weak_ptr<EndpointImpl> ep;
     const EndpointImpl* raw;  // identity only, never dereferenced

@@ -377,6 +377,50 @@ TEST_F(Engine, DisconnectSaysGoodbye) {
   World::expect_event(w.tep, ConnectionEventType::disconnected);
 }
 
+// The acceptor closes (or disconnects) its endpoint before its own zone has
+// handled the `connected` event: the connection is up at the transport and
+// the initiator saw it established, so the close is orderly and the
+// initiator sees `disconnected`, never `lost`.
+TEST_F(Engine, AcceptedConnectionClosedBeforeItsEventWasHandledSaysGoodbye) {
+  for (const bool by_disconnect : {false, true}) {
+    SCOPED_TRACE(by_disconnect ? "disconnect" : "close");
+    const std::string name = fresh_network_name();
+    auto net = mem::network(name);
+    FabricOptions fo;
+    fo.provider = mem::kProvider;
+    fo.address = name;
+    auto fabric = MUST(Fabric::open(fo));
+    auto tz = MUST(fabric.create_zone(manual()));
+    auto iz = MUST(fabric.create_zone(manual()));
+    auto tcq = MUST(tz.create_cq());
+    auto icq = MUST(iz.create_cq());
+    auto lis = MUST(tz.listen(name, 0));
+    EndpointOptions to, io;
+    to.send_cq = &tcq;
+    io.send_cq = &icq;
+    auto tep = MUST(tz.create_endpoint(to));
+    auto iep = MUST(iz.create_endpoint(io));
+    ASSERT_OK(iep.connect(name, lis.port()));
+    ASSERT_GT(MUST(tz.progress()), 0u);  // the request reaches the listener
+    auto req = MUST(lis.next_request(0ms));
+    ASSERT_OK(req.accept(tep));
+    // Only the initiator's side moves: it sees the connection established,
+    // the target's `connected` event waits in its zone's queue.
+    for (int i = 0; i < 100 && MUST(iz.progress()) > 0;) ++i;
+    World::expect_event(iep, ConnectionEventType::established);
+    EXPECT_EQ(tep.state(), EndpointState::connect_pending);
+    if (by_disconnect) {
+      ASSERT_OK(tep.disconnect());
+      EXPECT_EQ(tep.state(), EndpointState::disconnected);
+    } else {
+      tep.close();
+    }
+    for (int i = 0; i < 1000 && MUST(tz.progress()) + MUST(iz.progress()) > 0;) ++i;
+    World::expect_event(iep, ConnectionEventType::disconnected);
+    EXPECT_EQ(iep.state(), EndpointState::disconnected);
+  }
+}
+
 TEST_F(Engine, ReadOfADeregisteredRegionIsRefusedAndTouchesNothing) {
   World w;
   w.net->hold(true);

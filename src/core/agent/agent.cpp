@@ -137,9 +137,15 @@ bool Agent::next_cm_event(backend::CmEvent& ev) {
   return zone_->domain->next_cm_event(ev);
 }
 
+std::size_t Agent::dispatch_cm() {
+  std::lock_guard<std::mutex> lock(cm_mu_);
+  std::size_t n = 0;
+  for (backend::CmEvent ev; !stop_ && next_cm_event(ev); ++n) handle_cm(ev);
+  return n;
+}
+
 std::size_t Agent::run_once() {
-  std::size_t work = 0;
-  for (backend::CmEvent ev; next_cm_event(ev); ++work) handle_cm(ev);
+  std::size_t work = dispatch_cm();
   std::vector<std::shared_ptr<EndpointImpl>> eps;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -161,16 +167,12 @@ void Agent::run() {
   bool spinning = false;  // the previous turn polled endpoints and did not sleep
   while (!stop_) {
     int work = 0;
-    backend::CmEvent ev;
     // While it keeps polling (busy, or lingering after traffic) the agent
     // looks at connection management on every 64th turn only: on tcp reading
     // it also runs a progress pass over every connection, which would double
     // the cost of each turn. After a sleep it always looks.
     const bool look_at_cm = !spinning || ++turn_ % 64 == 0;
-    while (look_at_cm && !stop_ && next_cm_event(ev)) {
-      handle_cm(ev);
-      ++work;
-    }
+    if (look_at_cm) work += static_cast<int>(dispatch_cm());
     // The last reference to the zone may have been dropped on this thread
     // (an event's endpoint): the zone is gone, stop() was called.
     if (stop_) break;

@@ -406,6 +406,15 @@ void EndpointImpl::close() noexcept {
   drop_connection();
 }
 
+void EndpointImpl::settle_accept() noexcept {
+  bool pending = false;
+  {
+    MutexLock lock(mu);
+    pending = conn && !closed && !active && state == EndpointState::connect_pending;
+  }
+  if (pending) zone->agent->dispatch_cm();
+}
+
 void EndpointImpl::drop_connection() noexcept {
   std::unique_ptr<backend::Connection> c;
   {

@@ -69,18 +69,24 @@ Result<void> message(EndpointImpl* ep, std::span<const Segment> segs, std::optio
   return ep->post(op, cookie, flags);
 }
 
+// Closing by the owner: queued connection events first (an accepted
+// connection may be established already), then the goodbye and shutdown.
+void close_handle(detail::EndpointImpl* ep) noexcept {
+  if (!ep) return;
+  ep->settle_accept();
+  ep->close();
+}
+
 }  // namespace
 
 // The handle is the only one of its endpoint: dropping it is the owner
 // closing the connection, on the owner's thread (goodbye, shutdown). The
 // engine object may outlive it briefly on a progress thread, closed.
-Endpoint::~Endpoint() {
-  if (impl_) impl_->close();
-}
+Endpoint::~Endpoint() { close_handle(impl_.get()); }
 
 Endpoint& Endpoint::operator=(Endpoint&& other) noexcept {
   if (this != &other) {
-    if (impl_) impl_->close();
+    close_handle(impl_.get());
     impl_ = std::move(other.impl_);
   }
   return *this;
@@ -149,6 +155,7 @@ int Endpoint::event_fd() const noexcept { return impl_ ? impl_->ev_signal.fd() :
 Result<void> Endpoint::disconnect() {
   if (!impl_) return Errc::invalid_handle;
   auto* ep = impl_.get();
+  ep->settle_accept();
   detail::MutexLock lock(ep->mu);
   if (ep->closed) return Errc::invalid_handle;
   const EndpointState st = ep->state;
@@ -272,7 +279,7 @@ std::size_t SharedReceiveQueue::posted() const noexcept {
 }
 
 void Endpoint::close() noexcept {
-  if (impl_) impl_->close();
+  close_handle(impl_.get());
   impl_.reset();
 }
 
