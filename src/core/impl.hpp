@@ -81,10 +81,14 @@ struct ZoneImpl : std::enable_shared_from_this<ZoneImpl> {
   std::uint64_t random_key();
 };
 
-struct RegionImpl {
+struct RegionImpl : std::enable_shared_from_this<RegionImpl> {
   ~RegionImpl();
   void close() noexcept;
   Result<void> persist(std::uint64_t addr, std::uint64_t len) const;
+  /// persist() for a peer's PERSISTENT flush, run by the zone's durability
+  /// worker: remote_access once the region was closed. close() waits for a
+  /// call already running, so the mapping is never unmapped under it.
+  Result<void> persist_for_peer(std::uint64_t addr, std::uint64_t len);
   bool contains(const void* addr, std::size_t len) const noexcept {
     auto a = reinterpret_cast<std::uintptr_t>(addr);
     auto b = reinterpret_cast<std::uintptr_t>(base);
@@ -104,6 +108,7 @@ struct RegionImpl {
   void (*persist_fn)(const void*, std::size_t) = nullptr;
   int fd = -1;
   std::atomic<bool> closed{false};
+  std::mutex persist_mu;  // held by persist_for_peer; close() waits on it
 };
 
 struct CqImpl {
@@ -314,6 +319,9 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   void protocol_violation() REMORA_REQUIRES(mu);
   void deliver(Incoming in) REMORA_REQUIRES(mu);
   void flush_replies() REMORA_REQUIRES(mu);
+  /// A reply decided off the agent thread (a write-back's outcome): queued
+  /// and sent if the connection is still there.
+  void send_reply(const wire::Ctl& rep) REMORA_EXCLUDES(mu);
   /// Acknowledge the messages handled since the last acknowledgement.
   void flush_acks() REMORA_REQUIRES(mu);
   void handle_ack(std::uint64_t count) REMORA_REQUIRES(mu);
@@ -362,7 +370,22 @@ class Agent : public std::enable_shared_from_this<Agent> {
   /// Called with no endpoint or listener lock held: handling takes them.
   std::size_t dispatch_cm();
 
+  /// A peer's PERSISTENT flush that passed the target's checks. The
+  /// write-back (msync or cache flushes, which may wait for a device) runs
+  /// on the zone's durability thread, or in run_once() for a zone without
+  /// a progress thread: never on the agent thread, which serves every
+  /// connection of the zone, and under no lock. The reply goes out when it
+  /// is done (replies are matched by token, not by order).
+  struct PersistJob {
+    std::weak_ptr<EndpointImpl> ep;
+    std::shared_ptr<RegionImpl> region;  // kept alive; close() waits for a running job
+    wire::Ctl reply;
+  };
+  void defer_persist(PersistJob job);
+
  private:
+  std::size_t run_persist_jobs();
+  void durability_loop();
   void run();
   void handle_cm(backend::CmEvent& ev);
   /// Read one queued connection-management event (false: none). Reading
@@ -376,7 +399,12 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::mutex mu_;
-  std::mutex cm_mu_;  // dispatch_cm: one reader and handler at a time
+  std::mutex cm_mu_;    // dispatch_cm: one reader and handler at a time
+  std::mutex jobs_mu_;  // the durability queue and its thread
+  std::condition_variable jobs_cv_;
+  std::deque<PersistJob> jobs_;
+  std::thread durability_;
+  std::atomic<bool> started_{false};  // start() was called: jobs go to durability_
   struct Watched {
     std::weak_ptr<EndpointImpl> ep;
     const EndpointImpl* raw;  // identity only, never dereferenced

@@ -301,6 +301,26 @@ TEST_F(Engine, PersistentFlushTheTargetCannotDoArrivesAsNotSupported) {
   EXPECT_EQ(got[0].status, make_error_code(Errc::not_supported)) << describe(got);
 }
 
+// The target's write-back runs outside the agent (Agent::defer_persist); in
+// a zone without a progress thread, progress() runs it on the caller's
+// thread: the flush completes, and no thread was started for it.
+TEST_F(Engine, PersistentFlushOfAManualZoneIsWrittenBackByProgress) {
+  World w;
+  std::vector<std::uint8_t> mem(4096, 0);
+  auto pmr = MUST(w.tz.register_memory(mem.data(), mem.size(), Access::all, true));
+  auto remote = MUST(pmr.remote());
+  Segment s(w.lmr, 0, 64);
+  std::memset(w.local_mem.data(), 0x42, 64);
+  ASSERT_OK(w.iep.write({&s, 1}, remote, 0, 1));
+  ASSERT_OK(w.iep.flush(remote, 0, 64, FlushType::persistent, 2));
+  auto got = w.take(w.icq);
+  ASSERT_EQ(got.size(), 2u) << describe(got);
+  EXPECT_FALSE(got[0].status) << describe(got);
+  EXPECT_EQ(got[1].cookie, 2u);
+  EXPECT_FALSE(got[1].status) << describe(got);
+  EXPECT_EQ(mem[63], 0x42);
+}
+
 TEST_F(Engine, QueueFullAtTheEndpointAndAtTheTransport) {
   EndpointOptions io;
   io.max_outstanding = 4;

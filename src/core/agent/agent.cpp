@@ -58,18 +58,94 @@ Agent::~Agent() {
 }
 
 void Agent::start() {
+  started_ = true;
   thread_ = std::thread([self = shared_from_this()] { self->run(); });
   track(shared_from_this());
 }
 
+namespace {
+void join_or_detach(std::thread& t) noexcept {
+  if (!t.joinable()) return;
+  if (t.get_id() == std::this_thread::get_id())
+    t.detach();  // the last reference to the zone dropped on this thread
+  else
+    t.join();
+}
+}  // namespace
+
 void Agent::stop() noexcept {
   if (stop_.exchange(true)) return;
   wake();
-  if (!thread_.joinable()) return;
-  if (thread_.get_id() == std::this_thread::get_id())
-    thread_.detach();  // the last reference to the zone dropped on this thread
-  else
-    thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);  // the durability thread is waiting or will see stop_
+  }
+  jobs_cv_.notify_all();
+  join_or_detach(thread_);
+  std::thread worker;
+  std::deque<PersistJob> dropped;
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    worker = std::move(durability_);
+    dropped.swap(jobs_);
+  }
+  join_or_detach(worker);  // it finishes the write-back it is running
+  // Write-backs nobody will run now (the process is exiting): their
+  // regions are released here, outside the queue's lock.
+}
+
+void Agent::defer_persist(PersistJob job) {
+  // Called with the endpoint's and the zone's locks held: nothing here may
+  // release a region (its destructor takes regions_mu), so a job is always
+  // queued, never dropped.
+  std::lock_guard<std::mutex> lock(jobs_mu_);
+  jobs_.push_back(std::move(job));
+  if (started_ && !stop_ && !durability_.joinable())
+    durability_ = std::thread([self = shared_from_this()] { self->durability_loop(); });
+  jobs_cv_.notify_one();
+}
+
+namespace {
+// One write-back and its reply, on the calling thread with no lock held.
+void run_persist_job(Agent::PersistJob& job) {
+  wire::Ctl rep = job.reply;
+  auto done = job.region->persist_for_peer(rep.addr, rep.len);
+  Errc why = Errc::io_error;  // any failure of the write-back: not durable
+  if (!done && (done.error() == Errc::not_supported || done.error() == Errc::remote_access))
+    why = static_cast<Errc>(done.error().value());
+  rep.status = done ? 0 : static_cast<std::uint16_t>(why);
+  if (auto ep = job.ep.lock()) ep->send_reply(rep);
+}
+}  // namespace
+
+std::size_t Agent::run_persist_jobs() {
+  std::deque<PersistJob> batch;
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    batch.swap(jobs_);
+  }
+  for (auto& job : batch) run_persist_job(job);
+  return batch.size();
+}
+
+void Agent::durability_loop() {
+  std::unique_lock<std::mutex> lock(jobs_mu_);
+  while (!stop_) {
+    if (jobs_.empty()) {
+      jobs_cv_.wait(lock);
+      continue;
+    }
+    {
+      PersistJob job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      run_persist_job(job);
+      // The job's references (region, endpoint, and through them the
+      // zone) are released here, before the lock is taken again: the
+      // zone's destructor stops this agent.
+    }
+    wake();  // a reply the transport could not take yet is retried by the agent
+    lock.lock();
+  }
 }
 
 void Agent::wake() noexcept { wake_.raise(); }
@@ -146,6 +222,9 @@ std::size_t Agent::dispatch_cm() {
 
 std::size_t Agent::run_once() {
   std::size_t work = dispatch_cm();
+  // A zone without a progress thread has no durability thread either: its
+  // write-backs run here, on the caller's thread, outside every lock.
+  if (!started_) work += run_persist_jobs();
   std::vector<std::shared_ptr<EndpointImpl>> eps;
   {
     std::lock_guard<std::mutex> lock(mu_);

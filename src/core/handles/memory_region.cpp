@@ -16,6 +16,9 @@ void RegionImpl::close() noexcept {
     std::unique_lock<std::shared_mutex> lock(zone->regions_mu);
     zone->regions.erase(key);
   }
+  // A peer's write-back already running finishes first; any later one sees
+  // `closed` and touches nothing.
+  { std::lock_guard<std::mutex> wait(persist_mu); }
   mkey.reset();
   // Wait out any thread inside the transport's progress right now: it may be
   // sending this memory as the answer to a read (ibv_dereg_mr's guarantee:
@@ -42,6 +45,12 @@ Result<void> RegionImpl::persist(std::uint64_t addr, std::uint64_t len) const {
   // longer mapped) means the data may not be durable.
   if (msync(reinterpret_cast<void*>(start), end - start, MS_SYNC) != 0) return Errc::io_error;
   return {};
+}
+
+Result<void> RegionImpl::persist_for_peer(std::uint64_t addr, std::uint64_t len) {
+  std::lock_guard<std::mutex> lock(persist_mu);
+  if (closed) return Errc::remote_access;
+  return persist(addr, len);
 }
 
 }  // namespace detail

@@ -77,13 +77,18 @@ void EndpointImpl::handle_request(const wire::Ctl& req) {
         } else if (req.op == wire::op_flush &&
                    (has(r.access, Access::remote_write) || has(r.access, Access::remote_read))) {
           if (req.flush_type == static_cast<std::uint8_t>(FlushType::persistent)) {
-            auto pr = r.persist(req.addr, req.len);
             // not_supported: the owner did not declare the region
             // persistent (the initiator refuses such a flush itself when
-            // its descriptor says so); io_error: the write-back failed.
-            rep.status = pr ? 0
-                            : static_cast<std::uint16_t>(pr.error() == Errc::not_supported ? Errc::not_supported
-                                                                                           : Errc::io_error);
+            // its descriptor says so). Otherwise the write-back runs off
+            // this thread and outside these locks (Agent::defer_persist);
+            // the reply follows when it is done.
+            if (!r.persistent) {
+              rep.status = static_cast<std::uint16_t>(Errc::not_supported);
+            } else if (auto pinned = r.weak_from_this().lock()) {
+              rep.status = 0;
+              zone->agent->defer_persist(Agent::PersistJob{weak_from_this(), std::move(pinned), rep});
+              return;
+            }  // else: the region is being destroyed: a refusal
           } else {
             // Earlier writes were placed by this CPU before the request was
             // read from the same ordered connection: they are visible.
@@ -93,6 +98,13 @@ void EndpointImpl::handle_request(const wire::Ctl& req) {
       }
     }
   }
+  pending_replies.push_back(rep);
+  flush_replies();
+}
+
+void EndpointImpl::send_reply(const wire::Ctl& rep) {
+  MutexLock lock(mu);
+  if (!conn || closed) return;
   pending_replies.push_back(rep);
   flush_replies();
 }
