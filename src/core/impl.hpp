@@ -15,6 +15,7 @@
 #include <shared_mutex>
 #include <span>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/protocol/wire.hpp"
@@ -28,19 +29,44 @@ class Agent;
 struct EndpointImpl;
 struct ListenerImpl;
 
-/// An eventfd that is readable while a queue is non-empty.
+/// An eventfd that is readable while a queue is non-empty. The eventfd is
+/// made the first time someone asks for it (fd()): most queues are never
+/// waited on through an fd, and an idle connection should not cost one.
+/// raise() and clear() are called under the queue's own lock.
 class Signal {
  public:
-  Signal();
+  Signal() = default;
   ~Signal();
   Signal(const Signal&) = delete;
   Signal& operator=(const Signal&) = delete;
   void raise() noexcept;
   void clear() noexcept;
-  int fd() const noexcept { return fd_; }
+  /// The eventfd, made now if it does not exist yet; -1 if it cannot be.
+  int fd() const noexcept;
 
  private:
-  int fd_;
+  mutable std::mutex mu_;
+  mutable int fd_ = -1;  // written under mu_
+  bool raised_ = false;  // under mu_
+};
+
+/// Anonymous memory reserved without being touched (MAP_NORESERVE): its
+/// pages cost nothing until something is written to them. The receive
+/// buffers of a connection, most of which an idle connection never uses.
+class LazyBuffer {
+ public:
+  LazyBuffer() = default;
+  ~LazyBuffer();
+  LazyBuffer(LazyBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  LazyBuffer& operator=(LazyBuffer&& o) noexcept;
+  /// False when the address space is exhausted.
+  bool reserve(std::size_t bytes) noexcept;
+  std::uint8_t* data() const noexcept { return p_; }
+  std::size_t size() const noexcept { return n_; }
+
+ private:
+  std::uint8_t* p_ = nullptr;
+  std::size_t n_ = 0;
 };
 
 struct FabricImpl {
@@ -265,7 +291,7 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   std::deque<std::uint32_t> deferred REMORA_GUARDED_BY(mu);  // waiting behind a fence
   std::deque<std::uint32_t> order REMORA_GUARDED_BY(mu);     // every slot in use, in posting order
   std::vector<OpSlot> rx REMORA_GUARDED_BY(mu);              // receive buffers
-  std::vector<std::uint8_t> rx_memory REMORA_GUARDED_BY(mu);
+  LazyBuffer rx_memory REMORA_GUARDED_BY(mu);
   std::unique_ptr<backend::MemoryKey> rx_key REMORA_GUARDED_BY(mu);
 
   RecvQueue receives REMORA_GUARDED_BY(mu);  // unless srq
@@ -396,6 +422,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
   bool busy_;
   int epfd_ = -1;
   Signal wake_;
+  int wake_fd_ = -1;  // wake_.fd(), made at construction
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::mutex mu_;

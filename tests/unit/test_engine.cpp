@@ -4,6 +4,7 @@
 // each test decides exactly when the transport moves and when each side
 // progresses. No sockets, no threads: checked at the end of every test.
 #include <dirent.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -439,6 +440,25 @@ TEST_F(Engine, AcceptedConnectionClosedBeforeItsEventWasHandledSaysGoodbye) {
     World::expect_event(iep, ConnectionEventType::disconnected);
     EXPECT_EQ(iep.state(), EndpointState::disconnected);
   }
+}
+
+// A queue's eventfd is made only when someone asks for it, and is then
+// readable if the queue already holds something: an idle connection costs
+// no descriptor, and a late event_fd() misses nothing.
+TEST_F(Engine, EventFdsAreMadeOnFirstUseAndShowWhatIsAlreadyQueued) {
+  World w;
+  ASSERT_OK(w.iep.disconnect());
+  w.settle();
+  const std::size_t before = count_dir("/proc/self/fd", nullptr);
+  const int fd = w.tep.event_fd();  // the target's `disconnected` is already queued
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(count_dir("/proc/self/fd", nullptr), before + 1) << "the eventfd existed before it was asked for";
+  EXPECT_EQ(w.tep.event_fd(), fd);
+  pollfd p{fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 0), 1);
+  World::expect_event(w.tep, ConnectionEventType::disconnected);
+  p.revents = 0;
+  EXPECT_EQ(::poll(&p, 1, 0), 0);
 }
 
 TEST_F(Engine, ReadOfADeregisteredRegionIsRefusedAndTouchesNothing) {

@@ -46,8 +46,9 @@ Agent::Agent(ZoneImpl* zone, bool busy_poll) : zone_(zone), busy_(busy_poll) {
   epfd_ = epoll_create1(EPOLL_CLOEXEC);
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.fd = wake_.fd();
-  epoll_ctl(epfd_, EPOLL_CTL_ADD, wake_.fd(), &ev);
+  wake_fd_ = wake_.fd();
+  ev.data.fd = wake_fd_;
+  epoll_ctl(epfd_, EPOLL_CTL_ADD, wake_fd_, &ev);
   ev.data.fd = zone_->domain->cm_wait_fd();
   epoll_ctl(epfd_, EPOLL_CTL_ADD, ev.data.fd, &ev);
 }
@@ -326,7 +327,7 @@ void Agent::run() {
     if (n < 0 && errno == ENOSYS) n = epoll_wait(epfd_, out, 16, user_driven ? 1 : 100);
     spinning = false;
     for (int i = 0; i < n; ++i) {
-      if (out[i].data.fd == wake_.fd())
+      if (out[i].data.fd == wake_fd_)
         wake_.clear();
       else
         linger_until = std::chrono::steady_clock::now() + kLinger;

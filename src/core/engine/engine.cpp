@@ -44,7 +44,8 @@ Result<void> EndpointImpl::setup_connection(const std::shared_ptr<void>& request
     free_slots.push_back(static_cast<std::uint32_t>(depth - 1 - i));
   }
   const std::size_t buf = std::max<std::size_t>(options.max_message, sizeof(wire::Ctl));
-  rx_memory.assign(buf * nrx, 0);
+  // Reserved, not touched: an idle connection's buffers cost no memory.
+  if (!rx_memory.reserve(buf * nrx)) return Errc::no_memory;
   auto key = zone->domain->register_memory(rx_memory.data(), rx_memory.size(), Access::local_write, zone->random_key());
   if (!key) return key.error();
   rx_key = std::move(*key);

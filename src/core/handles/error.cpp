@@ -1,9 +1,11 @@
 // Error category, enum names and small shared helpers.
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
+#include <utility>
 
 #include "core/impl.hpp"
 
@@ -90,17 +92,53 @@ std::uint64_t next_object_id() {
   return next.fetch_add(1);
 }
 
-Signal::Signal() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 Signal::~Signal() {
   if (fd_ >= 0) ::close(fd_);
 }
+
 void Signal::raise() noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  raised_ = true;
+  if (fd_ < 0) return;
   std::uint64_t one = 1;
   [[maybe_unused]] auto n = ::write(fd_, &one, sizeof one);
 }
+
 void Signal::clear() noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  raised_ = false;
+  if (fd_ < 0) return;
   std::uint64_t v;
   [[maybe_unused]] auto n = ::read(fd_, &v, sizeof v);
+}
+
+int Signal::fd() const noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fd_ < 0) fd_ = eventfd(raised_ ? 1 : 0, EFD_NONBLOCK | EFD_CLOEXEC);
+  return fd_;
+}
+
+LazyBuffer::~LazyBuffer() {
+  if (p_ != nullptr) ::munmap(p_, n_);
+}
+
+LazyBuffer& LazyBuffer::operator=(LazyBuffer&& o) noexcept {
+  if (this != &o) {
+    if (p_ != nullptr) ::munmap(p_, n_);
+    p_ = std::exchange(o.p_, nullptr);
+    n_ = std::exchange(o.n_, 0);
+  }
+  return *this;
+}
+
+bool LazyBuffer::reserve(std::size_t bytes) noexcept {
+  *this = LazyBuffer();
+  if (bytes == 0) return true;
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return false;
+  p_ = static_cast<std::uint8_t*>(p);
+  n_ = bytes;
+  return true;
 }
 
 }  // namespace detail
