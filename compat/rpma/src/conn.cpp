@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <utility>
 
 #include <chrono>
 #include <cstdlib>
@@ -106,7 +107,11 @@ int prepare(rpma_peer* peer, const rpma_conn_cfg* cfg_in, rpma_conn_req* req) {
   eo.recv_cq = req->rcq ? &req->rcq->cq : &req->cq->cq;
   eo.max_outstanding = cfg.sq_size == 0 ? 1 : cfg.sq_size;
   eo.max_recv = cfg.rq_size == 0 ? 1 : cfg.rq_size;
-  if (cfg.srq != nullptr) eo.srq = &cfg.srq->srq;
+  if (cfg.srq != nullptr) {
+    eo.srq = &cfg.srq->srq;
+    req->srq = cfg.srq;  // rpma_srq_delete refuses while this request or its connection exists
+    ++cfg.srq->users;
+  }
   auto ep = peer->zone.create_endpoint(eo);
   if (!ep) return rpma_error(ep.error()) == RPMA_E_NOMEM ? RPMA_E_NOMEM : RPMA_E_PROVIDER;
   req->ep = std::move(*ep);
@@ -119,6 +124,7 @@ void destroy_req(rpma_conn_req* req) {
   if (req->passive && req->request.valid()) (void)req->request.reject();
   delete req->cq;
   if (req->owns_rcq) delete req->rcq;
+  if (req->srq) --req->srq->users;
   delete req;
 }
 
@@ -305,6 +311,7 @@ int rpma_conn_req_connect(struct rpma_conn_req** req_ptr, const struct rpma_conn
   conn->cq = req->cq;
   conn->rcq = req->rcq;
   conn->owns_rcq = req->owns_rcq;
+  conn->srq = std::exchange(req->srq, nullptr);
   conn->shared = req->shared;
   conn->private_data = std::move(req->private_data);
   conn->qp_num = static_cast<std::uint32_t>(conn->ep.id());
@@ -418,6 +425,7 @@ int rpma_conn_delete(struct rpma_conn** conn_ptr) {
   conn->ep.close();
   delete conn->cq;
   if (conn->owns_rcq) delete conn->rcq;
+  if (conn->srq) --conn->srq->users;
   if (conn->event_watch_fd >= 0) ::close(conn->event_watch_fd);
   if (conn->compl_fd >= 0) ::close(conn->compl_fd);
   delete conn;
@@ -454,6 +462,16 @@ int rpma_srq_new(struct rpma_peer* peer, struct rpma_srq_cfg* cfg, struct rpma_s
 int rpma_srq_delete(struct rpma_srq** srq_ptr) {
   if (srq_ptr == nullptr) return RPMA_E_INVAL;
   if (*srq_ptr == nullptr) return 0;
+  // A connection (request) made with it still receives through it and
+  // reports into its receive CQ: as ibv_destroy_srq fails with EBUSY while
+  // queue pairs use the SRQ, nothing is freed and the caller may delete the
+  // connections first and try again.
+  if ((*srq_ptr)->users > 0) {
+    RPMA_LOG(RPMA_LOG_LEVEL_ERROR,
+             "the shared receive queue is still used by %d connection(s) or request(s): delete them first",
+             (*srq_ptr)->users.load());
+    return RPMA_E_PROVIDER;
+  }
   delete (*srq_ptr)->rcq;
   delete *srq_ptr;
   *srq_ptr = nullptr;

@@ -5,6 +5,7 @@
 // Remora errors in exactly one place: rpma_error().
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -81,7 +82,8 @@ struct rpma_cq {
 
 struct rpma_srq {
   remora::SharedReceiveQueue srq;
-  rpma_cq* rcq = nullptr;  // owned; NULL when rcq_size was 0
+  rpma_cq* rcq = nullptr;     // owned; NULL when rcq_size was 0
+  std::atomic<int> users{0};  // connection requests and connections made with it
 };
 
 struct rpma_mr_local {
@@ -109,6 +111,7 @@ struct rpma_conn_req {
   rpma_cq* cq = nullptr;
   rpma_cq* rcq = nullptr;
   bool owns_rcq = false;
+  rpma_srq* srq = nullptr;  // counted in srq->users
   bool shared = false;
   std::vector<std::uint8_t> private_data;  // the client's, on the passive side
 };
@@ -118,6 +121,7 @@ struct rpma_conn {
   rpma_cq* cq = nullptr;
   rpma_cq* rcq = nullptr;
   bool owns_rcq = false;
+  rpma_srq* srq = nullptr;  // counted in srq->users
   bool shared = false;
   int event_watch_fd = -1;
   int compl_fd = -1;

@@ -96,6 +96,26 @@ int main(void)
 	EXPECT_OK(rpma_srq_recv(srq, rmr, 0, 64, NULL));
 	EXPECT_RC(rpma_srq_recv(srq, rmr, 64, 64, NULL), RPMA_E_PROVIDER);
 	EXPECT_OK(rpma_srq_delete(&srq));
+
+	/* ---- rpma_srq_delete: refused (RPMA_E_PROVIDER, nothing freed) while a
+	 * connection request made with it exists, as ibv_destroy_srq is (EBUSY) ---- */
+	REQUIRE_OK(rpma_srq_cfg_set_rcq_size(scfg, 4));
+	REQUIRE_OK(rpma_srq_new(peer, scfg, &srq));
+	struct rpma_conn_cfg *srq_ccfg;
+	REQUIRE_OK(rpma_conn_cfg_new(&srq_ccfg));
+	REQUIRE_OK(rpma_conn_cfg_set_srq(srq_ccfg, srq));
+	struct rpma_conn_req *sreq_busy = NULL;
+	REQUIRE_OK(rpma_conn_req_new(peer, "127.0.0.1", port, srq_ccfg, &sreq_busy));
+	EXPECT_RC(rpma_srq_delete(&srq), RPMA_E_PROVIDER);
+	CHECK(srq != NULL);
+	struct rpma_cq *srq_rcq = NULL;
+	EXPECT_OK(rpma_srq_get_rcq(srq, &srq_rcq)); /* still there, still usable */
+	CHECK(srq_rcq != NULL);
+	EXPECT_OK(rpma_srq_recv(srq, rmr, 0, 64, NULL));
+	EXPECT_OK(rpma_conn_req_delete(&sreq_busy));
+	EXPECT_OK(rpma_srq_delete(&srq));
+	CHECK(srq == NULL);
+	rpma_conn_cfg_delete(&srq_ccfg);
 	rpma_srq_cfg_delete(&scfg);
 	rpma_mr_dereg(&rmr);
 
