@@ -8,7 +8,8 @@ build=${1:-build}
 pkgs=(build-essential cmake pkg-config python3 libfabric-dev libfabric-bin libpmem2-dev
       libgtest-dev libgmock-dev libbenchmark-dev libibverbs-dev librpma-dev iproute2 procps
       clang libclang-rt-14-dev llvm   # scripts/fuzz.sh: Clang, libFuzzer, llvm-symbolizer
-      clang-format)                   # scripts/format.sh --check (CI)
+      clang-format                    # scripts/format.sh --check (CI)
+      debhelper lintian man-db)       # scripts/deb.sh: dpkg-buildpackage of debian/, and its checks
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
