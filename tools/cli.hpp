@@ -25,11 +25,24 @@ class UsageError : public std::runtime_error {
 /// value in the tool's configuration and throws UsageError on a bad one.
 template <class Config>
 struct Option {
-  std::string_view name;     ///< long name with the leading "--"
+  /// The option's name with its dashes ("--size"), or its aliases joined
+  /// by '|' ("-a|--all", perftest's short forms): every alias is accepted
+  /// and the help shows them all.
+  std::string_view name;
   std::string_view metavar;  ///< value placeholder; empty for a flag
   std::string_view help;     ///< may contain '\n' for continuation lines
   void (*apply)(Config&, std::string_view value);
 };
+
+/// True when `arg` is `name` or one of its '|'-separated aliases.
+inline bool option_matches(std::string_view name, std::string_view arg) {
+  while (true) {
+    const auto bar = name.find('|');
+    if (name.substr(0, bar) == arg) return true;
+    if (bar == std::string_view::npos) return false;
+    name.remove_prefix(bar + 1);
+  }
+}
 
 /// Parses argv with `table`. Accepts "--name value", "--name=value" and "-h"
 /// for "--help". Throws UsageError.
@@ -45,7 +58,7 @@ void parse_options(std::span<const Option<Config>> table, int argc, const char* 
     if (arg == "-h") arg = "--help";
     const Option<Config>* opt = nullptr;
     for (const auto& o : table)
-      if (o.name == arg) opt = &o;
+      if (option_matches(o.name, arg)) opt = &o;
     if (opt == nullptr) throw UsageError("unknown option '" + std::string(arg) + "'");
     std::string_view value;
     if (!opt->metavar.empty()) {
@@ -69,7 +82,12 @@ std::string options_help(std::span<const Option<Config>> table) {
   std::string out;
   for (const auto& o : table) {
     std::string head(2, ' ');
-    head.append(o.name);
+    for (const char c : o.name) {
+      if (c == '|')
+        head += ", ";
+      else
+        head += c;
+    }
     if (!o.metavar.empty()) {
       head += ' ';
       head.append(o.metavar);

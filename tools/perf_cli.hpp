@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -37,6 +39,9 @@ enum class Op {
 inline constexpr std::size_t kMaxSize = std::size_t{1} << 30;  ///< largest --size (1 GiB)
 inline constexpr unsigned kMaxQd = 4096;
 inline constexpr std::uint64_t kMaxIters = 100'000'000;
+inline constexpr std::size_t kAllMinSize = 2;                     ///< -a: first size (as perftest)
+inline constexpr std::size_t kAllMaxSize = std::size_t{8} << 20;  ///< -a: default last size (8 MiB)
+inline constexpr double kMaxDuration = 86400;                     ///< largest -D, seconds
 
 namespace detail {
 struct OpName {
@@ -94,6 +99,17 @@ inline constexpr std::uint64_t warmup_iters(std::uint64_t iters) {
   return std::clamp<std::uint64_t>(iters / 10, 16, 200);
 }
 
+/// The warm-up before a run of `duration` seconds (-D): a quarter of it, at
+/// most 0.3 s.
+inline double warmup_seconds(double duration) { return std::min(0.3, duration / 4); }
+
+/// -a: every power of two from kAllMinSize to `max`.
+inline std::vector<std::size_t> all_sizes(std::size_t max) {
+  std::vector<std::size_t> out;
+  for (std::size_t s = kAllMinSize; s <= max; s *= 2) out.push_back(s);
+  return out;
+}
+
 /// What the shared options set. Each tool's Config derives from it.
 struct CommonConfig {
   Role role = Role::none;
@@ -106,11 +122,20 @@ struct CommonConfig {
   Op op = Op::write;
   bool op_set = false;
   std::vector<std::size_t> sizes;
+  bool all = false;                   ///< -a: sizes = all_sizes(all_max)
+  std::size_t all_max = kAllMaxSize;  ///< --all-max
+  bool all_max_set = false;
   unsigned qd = 16;
   bool qd_set = false;
   std::uint64_t iters = 0;  ///< 0: the tool's default
+  double duration = 0;      ///< -D seconds per size; 0: by iterations
+  bool report_gbits = false;
   bool json = false;
   bool help = false;
+  // remora-perf only (remora-bench-raw has neither option); here so that
+  // the shared JSON settings can name them.
+  unsigned connections = 1;
+  bool bidirectional = false;
 
   /// The server's address: --address, else every interface.
   std::string listen_address() const { return address.empty() ? "0.0.0.0" : address; }
@@ -126,7 +151,7 @@ using tools::UsageError;
 
 template <class C>
 constexpr Option<C> server() {
-  return {"--server", "", "run the target: serve one connection until it closes", [](C& c, std::string_view) {
+  return {"--server", "", "run the target: serve one client until it leaves", [](C& c, std::string_view) {
             if (c.role == Role::client) throw UsageError("--server and --client are exclusive");
             c.role = Role::server;
           }};
@@ -195,8 +220,54 @@ constexpr Option<C> sizes(std::string_view help) {
 }
 
 template <class C>
+constexpr Option<C> all() {
+  return {"-a|--all", "",
+          "every power-of-two size from 2 bytes to 8 MiB (or\n"
+          "--all-max), one result per size; instead of --size",
+          [](C& c, std::string_view) { c.all = true; }};
+}
+
+template <class C>
+constexpr Option<C> all_max() {
+  return {"--all-max", "BYTES", "with -a: the largest size (default 8m)", [](C& c, std::string_view v) {
+            c.all_max = tools::parse_size("--all-max", v, kMaxSize);
+            if (c.all_max < kAllMinSize) throw UsageError("--all-max: at least 2 bytes");
+            c.all_max_set = true;
+          }};
+}
+
+template <class C>
+constexpr Option<C> duration() {
+  return {"-D|--duration", "SECONDS",
+          "run each size for SECONDS (decimals allowed) instead of\n"
+          "a number of operations; exclusive with --iters",
+          [](C& c, std::string_view v) {
+            const std::string text(v);
+            char* end = nullptr;
+            const double d = std::strtod(text.c_str(), &end);
+            if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(d))
+              throw UsageError("-D: not a number: '" + text + "'");
+            if (d < 0.01 || d > kMaxDuration)
+              throw UsageError("-D: must be between 0.01 and " + std::to_string(static_cast<int>(kMaxDuration)) +
+                               " seconds");
+            c.duration = d;
+          }};
+}
+
+template <class C>
+constexpr Option<C> report_gbits() {
+  return {"--report_gbits", "",
+          "bandwidth in Gb/s (1e9 bits per second) instead of GB/s\n"
+          "in the table and the plot (JSON has both)",
+          [](C& c, std::string_view) { c.report_gbits = true; }};
+}
+
+template <class C>
 constexpr Option<C> qd() {
-  return {"--qd", "N", "operations outstanding (default 16; latency ops force 1)", [](C& c, std::string_view v) {
+  return {"--qd", "N",
+          "operations outstanding per connection (default 16;\n"
+          "latency ops force 1)",
+          [](C& c, std::string_view v) {
             const auto q = tools::parse_u64("--qd", v);
             if (q == 0 || q > kMaxQd) throw UsageError("--qd: must be 1.." + std::to_string(kMaxQd));
             c.qd = static_cast<unsigned>(q);
@@ -215,7 +286,9 @@ constexpr Option<C> iters(std::string_view help) {
 
 template <class C>
 constexpr Option<C> json() {
-  return {"--json", "", "print one JSON object per size instead of the table",
+  return {"--json", "",
+          "print one JSON object per size instead of the table\n"
+          "(the results and every effective setting)",
           [](C& c, std::string_view) { c.json = true; }};
 }
 
@@ -235,8 +308,10 @@ inline bool validate_role(const CommonConfig& c) {
   if (c.role == Role::none) throw tools::UsageError("one of --server or --client HOST is required");
   if (!c.port_set) throw tools::UsageError("--port is required");
   if (c.role == Role::server) {
-    if (c.op_set || !c.sizes.empty() || c.qd_set || c.iters != 0 || c.json)
-      throw tools::UsageError("--op, --size, --qd, --iters and --json are client options");
+    if (c.op_set || !c.sizes.empty() || c.all || c.all_max_set || c.qd_set || c.iters != 0 || c.duration != 0 ||
+        c.report_gbits || c.json)
+      throw tools::UsageError(
+          "--op, --size, -a, --all-max, --qd, --iters, -D, --report_gbits and --json are client options");
     return false;
   }
   return true;
@@ -246,9 +321,13 @@ inline bool validate_role(const CommonConfig& c) {
 /// operations run at qd 1.
 inline void validate_client(CommonConfig& c) {
   if (!c.op_set) throw tools::UsageError("--op is required with --client");
-  if (c.sizes.empty()) throw tools::UsageError("--size is required with --client");
+  if (c.all && !c.sizes.empty()) throw tools::UsageError("-a and --size are exclusive");
+  if (c.all_max_set && !c.all) throw tools::UsageError("--all-max goes with -a");
+  if (c.all) c.sizes = all_sizes(c.all_max);
+  if (c.sizes.empty()) throw tools::UsageError("--size (or -a) is required with --client");
+  if (c.iters != 0 && c.duration != 0) throw tools::UsageError("--iters and -D are exclusive");
   if (c.op == Op::atomic_write && std::any_of(c.sizes.begin(), c.sizes.end(), [](std::size_t s) { return s != 8; }))
-    throw tools::UsageError("atomic_write is an 8-byte operation: use --size 8");
+    throw tools::UsageError("atomic_write is an 8-byte operation: use --size 8 (not -a)");
   if (op_is_latency(c.op)) c.qd = 1;
 }
 

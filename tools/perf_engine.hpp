@@ -4,7 +4,9 @@
 
 #include <cstddef>
 #include <stdexcept>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "perf_cli.hpp"
 
@@ -19,8 +21,13 @@ struct Config : CommonConfig {
   // any free port, printed.
   std::size_t size_max = kDefaultSizeMax;  ///< server: largest buffer a client may ask for
   bool size_max_set = false;
+  bool connections_set = false;
+  std::string plot;                    ///< --plot: the SVG to write
+  std::vector<std::string> plot_json;  ///< --plot-json FILE[=LABEL]: plot these instead of running
+  std::string plot_title;              ///< --plot-title
 
   static constexpr std::size_t kDefaultSizeMax = std::size_t{1} << 30;
+  static constexpr unsigned kMaxConnections = 1024;
 };
 
 /// A failure at run time; main prints it and exits 1.
@@ -33,7 +40,8 @@ inline constexpr std::string_view kEngine = "remora";
 
 /// Listens, accepts one connection and serves it until the client leaves.
 void run_server(const Config& cfg);
-/// Connects, measures every size in turn, prints the results, disconnects.
+/// Connects, measures every size in turn, prints the results (and writes
+/// the --plot), disconnects.
 void run_client(const Config& cfg);
 /// Async-signal-safe: removes files the server created (the watchdog calls
 /// it before ending the process).

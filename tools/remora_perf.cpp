@@ -5,8 +5,10 @@
 // (perf_cli.hpp, perf_report.hpp, watchdog.hpp).
 //
 //   remora-perf --server --port P [--provider NAME] [--address A] [--busy-poll] [--size-max BYTES]
-//   remora-perf --client HOST --port P --op OP --size BYTES[,BYTES...] [--qd N] [--iters N]
-//               [--json] [--provider NAME] [--address A] [--busy-poll]
+//   remora-perf --client HOST --port P --op OP (--size BYTES[,BYTES...] | -a [--all-max BYTES])
+//               [--qd N] [--iters N | -D SECONDS] [--connections N] [--bidirectional]
+//               [--report_gbits] [--json] [--plot FILE] [--provider NAME] [--address A] [--busy-poll]
+//   remora-perf --plot-json FILE[=LABEL][,FILE[=LABEL]...] --plot OUT.svg [--report_gbits]
 //
 // Exit status: 0 success, 1 run-time error, 2 bad command line, 3 watchdog.
 #include <array>
@@ -18,6 +20,7 @@
 #include "cli.hpp"
 #include "perf_cli.hpp"
 #include "perf_engine.hpp"
+#include "perf_plot.hpp"
 #include "watchdog.hpp"
 
 namespace {
@@ -32,7 +35,7 @@ constexpr std::string_view kProgram = "remora-perf";
 
 // ---- the option table ---------------------------------------------------------
 
-constexpr std::array<Option<Config>, 14> kOptions{{
+constexpr std::array<Option<Config>, 23> kOptions{{
     opt::server<Config>(),
     opt::client<Config>(),
     opt::port<Config, true>("TCP port of the server (server: 0 picks a free one)"),
@@ -48,11 +51,56 @@ constexpr std::array<Option<Config>, 14> kOptions{{
      }},
     opt::op<Config>(),
     opt::sizes<Config>("message sizes (suffix k, m, g), run in sequence\n"
-                       "on one connection"),
+                       "on the same connections"),
+    opt::all<Config>(),
+    opt::all_max<Config>(),
     opt::qd<Config>(),
     opt::iters<Config>("measured operations per size (default: calibrated to\n"
                        "1.5-2 s, at least 1000 for latency ops)"),
+    opt::duration<Config>(),
+    {"--connections", "N",
+     "open N connections to the server (default 1) and spread\n"
+     "the operations over them, --qd outstanding on each;\n"
+     "reports the set-up time per connection and the total",
+     [](Config& c, std::string_view v) {
+       const auto n = remora::tools::parse_u64("--connections", v);
+       if (n == 0 || n > Config::kMaxConnections)
+         throw UsageError("--connections: must be 1.." + std::to_string(Config::kMaxConnections));
+       c.connections = static_cast<unsigned>(n);
+       c.connections_set = true;
+     }},
+    {"--bidirectional", "",
+     "write, read, send: the server runs the same operation\n"
+     "towards the client at the same time (a control connection\n"
+     "starts each run); bandwidth and Mops are the sum of both\n"
+     "directions, latency is the client's",
+     [](Config& c, std::string_view) { c.bidirectional = true; }},
+    opt::report_gbits<Config>(),
     opt::json<Config>(),
+    {"--plot", "FILE",
+     "client: also draw the results (bandwidth and p50 latency\n"
+     "against size) as an SVG picture in FILE; with --plot-json:\n"
+     "the picture to write",
+     [](Config& c, std::string_view v) {
+       if (v.empty()) throw UsageError("--plot: empty file name");
+       c.plot = v;
+     }},
+    {"--plot-json", "FILE[=LABEL],...",
+     "run nothing: draw the JSON lines of these files (from --json\n"
+     "of remora-perf or remora-bench-raw, e.g. as bench/compare.sh\n"
+     "keeps them) into --plot, one series per file, named LABEL\n"
+     "or after its engine, op and completion",
+     [](Config& c, std::string_view v) {
+       while (true) {
+         const auto comma = v.find(',');
+         const std::string_view item = v.substr(0, comma);
+         if (item.empty() || item.front() == '=') throw UsageError("--plot-json: empty file name");
+         c.plot_json.emplace_back(item);
+         if (comma == std::string_view::npos) break;
+         v.remove_prefix(comma + 1);
+       }
+     }},
+    {"--plot-title", "TEXT", "title of the --plot picture", [](Config& c, std::string_view v) { c.plot_title = v; }},
     {"--completion", "delivery",
      "accepted for remora-bench-raw compatibility: Remora writes\n"
      "and sends always complete at delivery",
@@ -72,15 +120,27 @@ std::string usage() {
   out += "usage:\n";
   out += "  remora-perf --server --port P [--provider NAME] [--address A] [--busy-poll]\n";
   out += "              [--size-max BYTES]\n";
-  out += "  remora-perf --client HOST --port P --op OP --size BYTES[,BYTES...] [--qd N] [--iters N]\n";
-  out += "              [--json] [--provider NAME] [--address A] [--busy-poll]\n\n";
+  out += "  remora-perf --client HOST --port P --op OP (--size BYTES[,BYTES...] | -a [--all-max BYTES])\n";
+  out += "              [--qd N] [--iters N | -D SECONDS] [--connections N] [--bidirectional]\n";
+  out += "              [--report_gbits] [--json] [--plot FILE [--plot-title TEXT]]\n";
+  out += "              [--provider NAME] [--address A] [--busy-poll]\n";
+  out += "  remora-perf --plot-json FILE[=LABEL][,FILE[=LABEL]...] --plot OUT.svg\n";
+  out += "              [--plot-title TEXT] [--report_gbits]\n\n";
   out +=
       "perftest-style benchmark of Remora (engine \"remora\"); same command line and output as\n"
-      "remora-bench-raw. The server registers a buffer (and, for write_flush_persistent, a\n"
-      "file-backed persistent region under $TMPDIR or /tmp) and leaves everything but receives\n"
-      "to its target agent. Latencies are per operation, post to completion, in microseconds.\n"
-      "write_flush_*: a write of SIZE then a flush of the same range, timed to the flush's\n"
-      "completion. atomic_write: 8-byte atomic writes (--size 8).\n\n"
+      "remora-bench-raw (which lacks --connections, --bidirectional and the --plot options).\n"
+      "The server registers a buffer (and, for write_flush_persistent, a file-backed\n"
+      "persistent region under $TMPDIR or /tmp) and leaves everything but receives to its\n"
+      "target agent; it serves one client (all its connections) and exits when it leaves.\n"
+      "Latencies are per operation, post to completion, in microseconds. write_flush_*: a\n"
+      "write of SIZE then a flush of the same range, timed to the flush's completion.\n"
+      "atomic_write: 8-byte atomic writes (--size 8). Runs of more than 2 s print a\n"
+      "progress line on stderr every second.\n\n"
+      "JSON (--json): one object per size and line: the results (gbps in GB/s, gbits in\n"
+      "Gb/s, mops, lat_p50_us, lat_p99_us, lat_p999_us, seconds, set-up times) and\n"
+      "\"settings\": every effective setting (provider, addresses, port, op, sizes, qd,\n"
+      "iterations or duration, target mode, completion, connections, bidirectional),\n"
+      "the Remora and libfabric versions, the host name and its CPU count.\n\n"
       "environment: REMORA_PERF_WATCHDOG_S (or REMORA_BENCH_WATCHDOG_S): give up after that\n"
       "many seconds (default 900).\n\noptions:\n";
   out += remora::tools::options_help<Config>(kOptions);
@@ -88,10 +148,21 @@ std::string usage() {
 }
 
 void validate(Config& c) {
+  if (!c.plot_json.empty()) {
+    if (c.role != Role::none) throw UsageError("--plot-json runs nothing: no --server or --client");
+    if (c.plot.empty()) throw UsageError("--plot-json needs --plot FILE (the picture to write)");
+    return;
+  }
+  const bool server = c.role == Role::server;
+  if (server && (c.connections_set || c.bidirectional || !c.plot.empty() || !c.plot_title.empty()))
+    throw UsageError("--connections, --bidirectional, --plot and --plot-title are client options");
   if (!remora::perf::validate_role(c)) return;
   if (c.size_max_set) throw UsageError("--size-max is a server option");
   if (c.port == 0) throw UsageError("--port: the client needs the server's port (1..65535)");
   remora::perf::validate_client(c);
+  using remora::perf::Op;
+  if (c.bidirectional && c.op != Op::write && c.op != Op::read && c.op != Op::send)
+    throw UsageError("--bidirectional: only for --op write, read or send");
 }
 
 }  // namespace
@@ -113,7 +184,9 @@ int main(int argc, char** argv) {
     remora::tools::Watchdog watchdog(
         remora::tools::watchdog_limit({"REMORA_PERF_WATCHDOG_S", "REMORA_BENCH_WATCHDOG_S"}), kProgram,
         remora::perf::emergency_cleanup);
-    if (cfg.role == Role::server)
+    if (!cfg.plot_json.empty())
+      remora::perf::plot_json_files(cfg.plot_json, cfg.plot, cfg.report_gbits, cfg.plot_title);
+    else if (cfg.role == Role::server)
       remora::perf::run_server(cfg);
     else
       remora::perf::run_client(cfg);

@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
 # Smoke test of the Remora tools on 127.0.0.1: remora-info, then a short
-# remora-perf server/client pair for every operation, plus two failure cases
-# that must end quickly with an error. Exits non-zero on any failure.
+# remora-perf server/client pair for every operation, the perftest habits
+# (-a, -D, --connections, --bidirectional, --report_gbits), the JSON
+# settings, the --plot picture (parsed: one line per series and panel, one
+# point per size with the JSON's values, the names in the legend; also with
+# remora-bench-raw's results on the same axes when it is built), plus
+# failure cases that must end quickly with an error. Exits non-zero on any
+# failure.
 #
 #   tools/smoke.sh [BIN_DIR]
 #
 #   BIN_DIR    where remora-info and remora-perf are (default: $REMORA_BIN_DIR,
-#              else build/bin next to this script's directory)
+#              else build/bin next to this script's directory); the plot
+#              check with the raw baseline uses remora-bench-raw from there
 #   PROVIDER   libfabric provider (default tcp)
 #
-# Needs bash and coreutils (timeout). Every process it starts is bounded by a
-# timeout, and servers still running at exit are killed.
+# Needs bash, coreutils (timeout) and python3 (standard library: the JSON
+# and SVG checks). Every process it starts is bounded by a timeout, and
+# servers still running at exit are killed.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,6 +25,7 @@ BIN_DIR=${1:-${REMORA_BIN_DIR:-$ROOT/build/bin}}
 PROVIDER=${PROVIDER:-tcp}
 INFO=$BIN_DIR/remora-info
 PERF=$BIN_DIR/remora-perf
+RAW=$BIN_DIR/remora-bench-raw
 CLIENT_TIMEOUT=60
 SERVER_TIMEOUT=90
 export REMORA_PERF_WATCHDOG_S=80  # the tools' own watchdog, inside the timeouts
@@ -29,6 +37,7 @@ for tool in "$INFO" "$PERF"; do
     fi
 done
 command -v timeout >/dev/null || { echo "smoke.sh: timeout (coreutils) is required" >&2; exit 2; }
+command -v python3 >/dev/null || { echo "smoke.sh: python3 is required (JSON and SVG checks)" >&2; exit 2; }
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/remora-smoke.XXXXXX")
 SERVER_PID=""
@@ -123,12 +132,103 @@ check_json() {
         for key in op size iters qd gbps mops lat_p50_us lat_p99_us lat_p999_us engine; do
             [[ "$line" == *"\"$key\":"* ]] || { echo "missing key $key: $line"; return 1; }
         done
-        [[ "$line" == *"\"op\":\"$op\""* && "$line" == *"\"size\":$size,"* && "$line" == *"\"iters\":$iters,"* &&
+        [[ "$line" == *"\"op\":\"$op\""* && "$line" == *"\"size\":$size,"* &&
             "$line" == *'"engine":"remora"'* ]] || { echo "unexpected values: $line"; return 1; }
+        if [[ -n "$iters" ]]; then
+            [[ "$line" == *"\"iters\":$iters,"* ]] || { echo "not $iters iterations: $line"; return 1; }
+        else
+            [[ "$line" =~ \"iters\":[1-9] ]] || { echo "no iterations: $line"; return 1; }
+        fi
         # Something was measured: a non-zero median latency.
         [[ "$line" =~ \"lat_p50_us\":([0-9.]+) ]] && [[ "${BASH_REMATCH[1]}" != "0.000" ]] ||
             { echo "zero latency: $line"; return 1; }
     done
+}
+
+# check_settings FILE KEY=VALUE...: every JSON line has a "settings" object
+# with every setting the tools record, and these values (as JSON text; a key
+# not in the settings is looked up among the results).
+check_settings() {
+    python3 - "$@" <<'EOF'
+import json, sys
+path, want = sys.argv[1], dict(a.split("=", 1) for a in sys.argv[2:])
+KEYS = ["tool", "engine", "remora_version", "libfabric_version", "host", "cpus", "provider", "server",
+        "port", "address", "op", "sizes", "qd", "run_by", "iters", "duration_s", "completion",
+        "target_mode", "connections", "bidirectional", "bandwidth_unit"]
+lines = [json.loads(l) for l in open(path) if l.startswith("{")]
+if not lines:
+    sys.exit("no JSON lines")
+for obj in lines:
+    s = obj.get("settings")
+    if not isinstance(s, dict):
+        sys.exit(f"no settings object: {obj}")
+    missing = [k for k in KEYS if k not in s]
+    if missing:
+        sys.exit(f"settings lack {missing}: {s}")
+    if s["sizes"] != [o["size"] for o in lines]:
+        sys.exit(f"settings.sizes {s['sizes']} are not the sizes measured")
+    if not (isinstance(s["cpus"], int) and s["cpus"] > 0 and s["remora_version"] and s["libfabric_version"]):
+        sys.exit(f"bad cpus or versions: {s}")
+    for k, v in want.items():
+        got = json.dumps(s[k] if k in s else obj.get(k))
+        if got != v:
+            sys.exit(f"{k} is {got}, expected {v}")
+EOF
+}
+
+# check_svg SVG "NAME|NAME..." JSON...: the picture of --plot has both panels
+# (bandwidth, latency), in each one polyline per series (in legend order,
+# named as given) with one point per JSON line of that series' file, at
+# increasing sizes, whose marker values are the JSON's (to the 3
+# significant digits shown); the legend names the series.
+check_svg() {
+    python3 - "$@" <<'EOF'
+import json, math, sys
+import xml.etree.ElementTree as ET
+svg_path, names, files = sys.argv[1], sys.argv[2].split("|"), sys.argv[3:]
+NS = "{http://www.w3.org/2000/svg}"
+try:
+    root = ET.parse(svg_path).getroot()
+except (OSError, ET.ParseError) as e:
+    sys.exit(f"{svg_path}: not well-formed SVG: {e}")
+if root.tag != NS + "svg":
+    sys.exit(f"root element is {root.tag}")
+_, _, width, height = (float(v) for v in root.get("viewBox").split())
+results = [sorted((json.loads(l) for l in open(f) if l.startswith("{")), key=lambda r: r["size"]) for f in files]
+if len(results) != len(names):
+    sys.exit("one JSON file per series expected")
+panels = {g.get("id"): g for g in root.iter(NS + "g") if g.get("class") == "panel"}
+if set(panels) != {"bandwidth", "latency"}:
+    sys.exit(f"panels {sorted(panels)}")
+for pid, metric in (("bandwidth", "gbps"), ("latency", "lat_p50_us")):
+    g = panels[pid]
+    lines = [p for p in g.iter(NS + "polyline") if p.get("class") == "series"]
+    got = [p.get("data-series") for p in lines]
+    if got != names:
+        sys.exit(f"{pid}: series {got}, expected {names}")
+    markers = {m.get("data-series"): m for m in g.iter(NS + "g") if m.get("class") == "markers"}
+    for line, name, rows in zip(lines, names, results):
+        pts = [tuple(float(c) for c in p.split(",")) for p in line.get("points").split()]
+        if len(pts) != len(rows) or int(line.get("data-points")) != len(rows):
+            sys.exit(f"{pid}/{name}: {len(pts)} points for {len(rows)} sizes")
+        xs = [x for x, _ in pts]
+        if any(b <= a for a, b in zip(xs, xs[1:])):
+            sys.exit(f"{pid}/{name}: sizes not increasing left to right")
+        if not all(math.isfinite(x + y) and 0 <= x <= width and 0 <= y <= height for x, y in pts):
+            sys.exit(f"{pid}/{name}: a point outside the picture")
+        titles = [c.find(NS + "title").text for c in markers[name].iter(NS + "circle")]
+        if len(titles) != len(rows):
+            sys.exit(f"{pid}/{name}: {len(titles)} markers for {len(rows)} sizes")
+        for t, row in zip(titles, rows):
+            shown = float(t.split(":")[1].split()[0])
+            # 3 significant digits of the value the JSON rounds to 6 decimals.
+            if abs(shown - row[metric]) > max(0.006 * abs(row[metric]), 1e-6):
+                sys.exit(f"{pid}/{name}: size {row['size']} shows {shown}, the JSON says {row[metric]}")
+legend = [g for g in root.iter(NS + "g") if g.get("class") == "legend"]
+texts = [t.text for t in legend[0].iter(NS + "text")] if legend else []
+if texts != names:
+    sys.exit(f"legend {texts}, expected {names}")
+EOF
 }
 
 # run_pair NAME SERVER_FLAGS -- CLIENT ARGS...
@@ -136,14 +236,21 @@ run_pair() {
     local name=$1 sflags=$2
     shift 3
     local slog="$WORK/$name.server.log" out="$WORK/$name.out" err="$WORK/$name.err" op="" sizes="" iters="" a
+    local all=0 all_max=8388608 s
     local -a args=("$@")
     for ((a = 0; a < ${#args[@]}; a++)); do
         case "${args[$a]}" in
             --op) op=${args[$((a + 1))]} ;;
             --size) sizes=${args[$((a + 1))]} ;;
             --iters) iters=${args[$((a + 1))]} ;;
+            -a) all=1 ;;
+            --all-max) all_max=${args[$((a + 1))]} ;;  # in plain bytes here
         esac
     done
+    if ((all)); then
+        sizes=""
+        for ((s = 2; s <= all_max; s *= 2)); do sizes+="${sizes:+,}$s"; done
+    fi
     # shellcheck disable=SC2086  # server flags are words on purpose
     if ! start_server "$slog" $sflags; then
         fail "$name: server did not start"; cat "$slog" >&2
@@ -183,6 +290,123 @@ run_pair write_flush_persistent "" -- --op write_flush_persistent --size 8,4096 
 run_pair atomic_write "" -- --op atomic_write --size 8 --iters 200
 run_pair wfv_busy_poll "--busy-poll" -- --op write_flush_visibility --size 8 --iters 100
 
+# ---- perftest habits, JSON settings, the plot ---------------------------------
+
+# settings NAME KEY=VALUE...: check_settings on run NAME's output.
+settings() {
+    local name=$1 why
+    shift
+    [[ -s "$WORK/$name.out" ]] || return 0  # its run failed already
+    if why=$(check_settings "$WORK/$name.out" "$@" 2>&1); then
+        pass "$name: JSON settings"
+    else
+        fail "$name: JSON settings: $why"
+    fi
+}
+
+# -a up to 16 KiB (14 sizes), drawn with --plot.
+run_pair all "" -- --op write -a --all-max 16384 --iters 50 --plot "$WORK/all.svg"
+settings all op='"write"' all_sizes=true run_by='"iterations"' iters=50 qd=16 connections=1 \
+    bidirectional=false completion='"delivery"' target_mode='"asleep"' provider="\"$PROVIDER\""
+if [[ -s "$WORK/all.out" ]]; then
+    if why=$(check_svg "$WORK/all.svg" "remora write (delivery)" "$WORK/all.out" 2>&1); then
+        pass "--plot: the SVG has the run's series, one point per size, the JSON's values"
+    else
+        fail "--plot: $why"
+    fi
+fi
+
+run_pair connections4 "" -- --op write --size 4096,65536 --iters 200 --connections 4
+settings connections4 connections=4 bidirectional=false
+if [[ -s "$WORK/connections4.out" ]] && python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    o = json.loads(line)
+    if not 0 < o["setup_ms_per_connection"] <= o["setup_ms_max"] <= o["setup_ms_total"]:
+        sys.exit(1)' "$WORK/connections4.out"; then
+    pass "connections4: set-up time per connection reported"
+else
+    fail "connections4: no set-up time per connection"
+fi
+
+# Bidirectional: the server's half is reported, with as many operations.
+for op in write read send; do
+    run_pair "bidir_$op" "" -- --op "$op" --size 4096,65536 --iters 200 --qd 8 --bidirectional
+    settings "bidir_$op" bidirectional=true server_iters=200
+done
+run_pair bidir_send_conn2 "" -- --op send --size 4096 --iters 200 --qd 4 --bidirectional --connections 2
+settings bidir_send_conn2 bidirectional=true connections=2 server_iters=200
+
+# -D 1: a run of one second (after its warm-up), in Gb/s.
+run_pair duration "" -- --op write --size 4096 -D 1 --report_gbits
+settings duration run_by='"duration"' duration_s=1 iters=null bandwidth_unit='"Gb/s"'
+if [[ -s "$WORK/duration.out" ]] && python3 -c '
+import json, sys
+o = json.loads(open(sys.argv[1]).readline())
+sys.exit(0 if 0.9 <= o["seconds"] <= 5 and abs(o["gbits"] - 8 * o["gbps"]) < 1e-3 else 1)' "$WORK/duration.out"; then
+    pass "duration: ran about 1 s, Gb/s = 8 x GB/s"
+else
+    fail "duration: not a 1 s run"; cat "$WORK/duration.out" >&2
+fi
+
+# The table with --report_gbits says Gb/s.
+if start_server "$WORK/gbits.server.log"; then
+    rc=0
+    timeout "$CLIENT_TIMEOUT" "$PERF" --client 127.0.0.1 --port "$PORT" --op read --size 4096 --iters 100 \
+        --report_gbits </dev/null >"$WORK/gbits.out" 2>"$WORK/gbits.err" || rc=$?
+    stop_server || true
+    if [[ $rc -eq 0 ]] && grep -q 'Gb/s' "$WORK/gbits.out" && ! grep -q 'GB/s' "$WORK/gbits.out"; then
+        pass "--report_gbits table"
+    else
+        fail "--report_gbits table (exit $rc)"; cat "$WORK/gbits.out" "$WORK/gbits.err" >&2
+    fi
+else
+    fail "server for --report_gbits did not start"; stop_server || true
+fi
+
+# The raw baseline's -a and JSON settings, then both on the same axes
+# (--plot-json, as bench/compare.sh --plot does).
+if [[ -x "$RAW" ]]; then
+    raw_port=$(python3 -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])')
+    timeout "$SERVER_TIMEOUT" "$RAW" --server --port "$raw_port" --address 127.0.0.1 --provider "$PROVIDER" \
+        </dev/null >"$WORK/raw.server.log" 2>&1 &
+    SERVER_PID=$!
+    for ((i = 0; i < 100; i++)); do
+        grep -q "listening" "$WORK/raw.server.log" && break
+        kill -0 "$SERVER_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    rc=0
+    timeout "$CLIENT_TIMEOUT" "$RAW" --client 127.0.0.1 --port "$raw_port" --provider "$PROVIDER" --op write \
+        -a --all-max 16k --iters 50 --json </dev/null >"$WORK/raw.out" 2>"$WORK/raw.err" || rc=$?
+    src=0
+    stop_server || src=$?
+    why=""
+    if [[ $rc -eq 0 && $src -eq 0 && $(grep -c '^{' "$WORK/raw.out") -eq 14 ]] &&
+        why=$(check_settings "$WORK/raw.out" tool='"remora-bench-raw"' all_sizes=true iters=50 2>&1); then
+        pass "remora-bench-raw -a --json (14 sizes, settings)"
+    else
+        fail "remora-bench-raw -a: client exit $rc, server exit $src $why"
+        cat "$WORK/raw.out" "$WORK/raw.err" "$WORK/raw.server.log" >&2
+    fi
+    rc=0
+    timeout 30 "$PERF" --plot-json "$WORK/all.out,$WORK/raw.out=raw libfabric" --plot "$WORK/both.svg" \
+        --plot-title "smoke" >"$WORK/both.err" 2>&1 || rc=$?
+    if [[ $rc -ne 0 ]]; then
+        fail "--plot-json: exit $rc"; cat "$WORK/both.err" >&2
+    elif why=$(check_svg "$WORK/both.svg" "remora write (delivery)|raw libfabric" "$WORK/all.out" \
+        "$WORK/raw.out" 2>&1); then
+        pass "--plot-json: remora and the raw baseline on the same axes"
+    else
+        fail "--plot-json: $why"
+    fi
+else
+    echo "smoke.sh: skip: $RAW not built (the plot with the raw baseline)"
+fi
+
 # ---- failures must be quick and clean ------------------------------------------
 
 # No server on the port: an error exit, well within the connect timeout.
@@ -218,9 +442,18 @@ else
 fi
 
 # Usage errors exit 2.
-rc=0
-"$PERF" --client 127.0.0.1 --port 1 --op atomic_write --size 16 >/dev/null 2>&1 || rc=$?
-if [[ $rc -eq 2 ]]; then pass "usage error exits 2"; else fail "usage error: exit $rc"; fi
+usage_error() {
+    local rc=0
+    timeout 10 "$PERF" "$@" >/dev/null 2>&1 || rc=$?
+    if [[ $rc -eq 2 ]]; then pass "usage error exits 2: $*"; else fail "usage error: exit $rc: $*"; fi
+}
+usage_error --client 127.0.0.1 --port 1 --op atomic_write --size 16
+usage_error --client 127.0.0.1 --port 1 --op write -a --size 8
+usage_error --client 127.0.0.1 --port 1 --op write --size 8 --iters 10 -D 1
+usage_error --client 127.0.0.1 --port 1 --op atomic_write --size 8 --bidirectional
+usage_error --client 127.0.0.1 --port 1 --op write --size 8 --connections 0
+usage_error --server --port 0 --connections 2
+usage_error --plot-json x.json
 
 if [[ $FAILURES -ne 0 ]]; then
     echo "smoke.sh: $FAILURES failure(s)" >&2

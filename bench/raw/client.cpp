@@ -21,6 +21,11 @@ constexpr std::chrono::seconds kStallTimeout{10};
 constexpr std::chrono::seconds kProgressAfter{2};
 constexpr std::uint64_t kLocalKey = 0x4c4f434c;
 constexpr ssize_t kBatch = 32;
+#ifdef REMORA_PERF_VERSION
+constexpr std::string_view kRemoraVersion = REMORA_PERF_VERSION;
+#else
+constexpr std::string_view kRemoraVersion = "unknown";
+#endif
 
 struct Slot {
   fi_context2 ctx;  // first member: the completion's op_context points here
@@ -33,12 +38,30 @@ class Client {
 
   void run() {
     connect();
-    const remora::perf::Report report({kEngine, op_name(cfg_.op), completion_name(cfg_)}, cfg_.qd, cfg_.json);
+    remora::perf::Report report({kEngine, op_name(cfg_.op), completion_name(cfg_)}, cfg_.qd, cfg_.json,
+                                cfg_.report_gbits);
+    const std::uint32_t fv = fi_version();
+    const remora::perf::RunSettings rs{"remora-bench-raw",
+                                       kEngine,
+                                       kRemoraVersion,
+                                       std::to_string(FI_MAJOR(fv)) + "." + std::to_string(FI_MINOR(fv)),
+                                       {},
+                                       completion_name(cfg_),
+                                       server_busy_poll_ ? "busy-poll" : "asleep"};
+    report.set_settings(remora::perf::common_settings(cfg_, rs).text());
     report.begin();
     for (const std::size_t size : cfg_.sizes) {
-      const std::uint64_t iters = cfg_.iters ? cfg_.iters : default_iters(cfg_.op, size);
-      (void)measure(size, remora::perf::warmup_iters(iters), false);
-      Measurement m = measure(size, iters, true);
+      Measurement m;
+      if (cfg_.duration != 0) {
+        // -D: a short time-bounded warm-up, then the run for that long.
+        const auto ns = [](double s) { return static_cast<std::uint64_t>(s * 1e9); };
+        (void)measure(size, remora::perf::kMaxIters, false, ns(remora::perf::warmup_seconds(cfg_.duration)));
+        m = measure(size, remora::perf::kMaxIters, true, ns(cfg_.duration));
+      } else {
+        const std::uint64_t iters = cfg_.iters ? cfg_.iters : default_iters(cfg_.op, size);
+        (void)measure(size, remora::perf::warmup_iters(iters), false);
+        m = measure(size, iters, true);
+      }
       report.add(m);
     }
     disconnect();
@@ -96,6 +119,7 @@ class Client {
     if (reply.len < max_size_) throw BenchError(what + ": the server's buffer is smaller than --size");
     remote_addr_ = reply.addr;
     remote_key_ = reply.key;
+    server_busy_poll_ = (reply.reserved & kServerBusyPoll) != 0;
   }
 
   void disconnect() { check(fi_shutdown(ep_.get(), 0), "fi_shutdown"); }
@@ -138,7 +162,9 @@ class Client {
                      cq_error_text(cq_.get()) + (shutdown_seen(eq_.get()) ? "; the connection is closed" : ""));
   }
 
-  Measurement measure(std::size_t size, std::uint64_t iters, bool measured) {
+  // Runs `iters` operations; with budget_ns non-zero (-D), stops posting
+  // once that much time passed.
+  Measurement measure(std::size_t size, std::uint64_t iters, bool measured, std::uint64_t budget_ns = 0) {
     const unsigned qd = cfg_.qd;
     std::vector<Slot> slots(qd);
     std::vector<Slot*> free_slots;
@@ -147,9 +173,8 @@ class Client {
 
     Measurement m;
     m.size = size;
-    m.iters = iters;
     m.qd = qd;
-    m.lat_ns.reserve(iters);
+    m.lat_ns.reserve(std::min<std::uint64_t>(iters, std::uint64_t{1} << 22));
 
     std::uint64_t posted = 0;
     std::uint64_t done = 0;
@@ -159,8 +184,9 @@ class Client {
     std::uint64_t next_report = t_start + std::chrono::nanoseconds(kProgressAfter).count();
     fi_cq_entry entries[kBatch];
 
-    while (done < iters) {
-      while (posted < iters && !free_slots.empty()) {
+    std::uint64_t limit = iters;
+    while (done < limit || done < posted) {
+      while (posted < limit && !free_slots.empty()) {
         Slot* slot = free_slots.back();
         const std::uint64_t t = now_ns();
         const ssize_t rc = post(*slot, size);
@@ -183,9 +209,10 @@ class Client {
         done += static_cast<std::uint64_t>(n);
         t_last = t;
         empty_polls = 0;
-        if (measured && t >= next_report && done < iters) {
-          remora::perf::print_progress("remora-bench-raw", op_name(cfg_.op), size, done, iters,
-                                       static_cast<double>(t - t_start) / 1e9);
+        if (budget_ns != 0 && t - t_start >= budget_ns) limit = posted;
+        if (measured && t >= next_report && done < limit) {
+          remora::perf::print_progress("remora-bench-raw", op_name(cfg_.op), size, done, limit,
+                                       static_cast<double>(t - t_start) / 1e9, cfg_.duration);
           next_report = t + 1'000'000'000;
         }
       } else if (n == -FI_EAVAIL) {
@@ -202,6 +229,7 @@ class Client {
         if (shutdown_seen(eq_.get())) throw BenchError("the server closed the connection");
       }
     }
+    m.iters = done;
     m.seconds = static_cast<double>(t_last - t_start) / 1e9;
     return m;
   }
@@ -219,6 +247,7 @@ class Client {
   void* desc_ = nullptr;
   std::uint64_t remote_addr_ = 0;
   std::uint64_t remote_key_ = 0;
+  bool server_busy_poll_ = false;
 };
 
 }  // namespace

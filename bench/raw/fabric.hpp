@@ -66,13 +66,15 @@ struct ConnectRequest {
   std::uint64_t max_size = 0;  // largest size the client will use
 };
 
+inline constexpr std::uint16_t kServerBusyPoll = 1;  // AcceptReply::reserved: the server busy-polls
+
 struct AcceptReply {
   std::uint32_t magic = kMagic;
   std::uint16_t version = kVersion;
-  std::uint16_t reserved = 0;
-  std::uint64_t addr = 0;  // remote address of the target buffer
-  std::uint64_t key = 0;   // its key
-  std::uint64_t len = 0;   // its length
+  std::uint16_t reserved = 0;  // kServerBusyPoll or 0
+  std::uint64_t addr = 0;      // remote address of the target buffer
+  std::uint64_t key = 0;       // its key
+  std::uint64_t len = 0;       // its length
 };
 
 // A connection-manager event with its private data.

@@ -11,7 +11,7 @@ namespace {
 using remora::tools::Option;
 namespace opt = remora::perf::options;
 
-constexpr std::array<Option<Config>, 13> kOptions{{
+constexpr std::array<Option<Config>, 17> kOptions{{
     opt::server<Config>(),
     opt::client<Config>(),
     opt::port<Config, false>("TCP port of the server (both sides)"),
@@ -21,9 +21,13 @@ constexpr std::array<Option<Config>, 13> kOptions{{
                            "(the client always busy-polls)"),
     opt::op<Config>(),
     opt::sizes<Config>("message sizes, run in sequence on one connection"),
+    opt::all<Config>(),
+    opt::all_max<Config>(),
     opt::qd<Config>(),
     opt::iters<Config>("measured operations per size (default: 1000 for\n"
                        "latency ops, about 256 MiB for the others)"),
+    opt::duration<Config>(),
+    opt::report_gbits<Config>(),
     opt::json<Config>(),
     {"--completion", "default|delivery",
      "write/send completion: plain post, or\n"
@@ -53,10 +57,13 @@ std::string usage_text(std::string_view program) {
   std::string out = "usage:\n";
   out.append("  ").append(program).append(" --server --port P [--provider NAME] [--address A] [--busy-poll]\n");
   out.append("  ").append(program).append(
-      " --client HOST --port P --op OP --size BYTES[,BYTES...] [--qd N] [--iters N]\n");
-  out.append("  ").append(indent).append(
-      " [--json] [--provider NAME] [--busy-poll] [--completion default|delivery]\n\n");
-  out += "Raw libfabric baseline for remora-perf (engine \"raw-libfabric\").\n\noptions:\n";
+      " --client HOST --port P --op OP (--size BYTES[,BYTES...] | -a [--all-max BYTES])\n");
+  out.append("  ").append(indent).append(" [--qd N] [--iters N | -D SECONDS] [--report_gbits] [--json]\n");
+  out.append("  ").append(indent).append(" [--provider NAME] [--busy-poll] [--completion default|delivery]\n\n");
+  out +=
+      "Raw libfabric baseline for remora-perf (engine \"raw-libfabric\"): the same command line,\n"
+      "table and JSON (results and \"settings\"), one connection, no --bidirectional.\n\n"
+      "options:\n";
   out += remora::tools::options_help<Config>(kOptions);
   return out;
 }

@@ -103,6 +103,7 @@ class Server {
     reply.addr = (mr_mode & FI_MR_VIRT_ADDR) ? reinterpret_cast<std::uintptr_t>(target_.get()) : 0;
     reply.key = fi_mr_key(target_mr_.get());
     reply.len = size_;
+    reply.reserved = cfg_.busy_poll ? kServerBusyPoll : 0;
     check(fi_accept(ep_.get(), &reply, sizeof reply), "fi_accept");
     CmEvent ev = wait_cm_event(eq_.get(), kConnectedWait, "accepting the connection");
     if (ev.event != FI_CONNECTED)
