@@ -1,17 +1,23 @@
 // remora-info: which libfabric providers and interfaces Remora can use on
 // this machine, and what each of them supports.
 //
-//   remora-info [--provider NAME] [--json] [--all] [--help]
+//   remora-info [--provider NAME] [--json] [--all] [--check] [--help]
 //
 // Exit status: 0 when at least one usable provider/interface was found,
 // 1 when none was (or enumeration failed), 2 on a bad command line.
+// --check prints a diagnosis instead of the table: what works, what is
+// missing and the command that fixes it.
 #include <remora/remora.hpp>
+
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -32,10 +38,11 @@ struct Options {
   std::string provider;  // empty: every provider
   bool json = false;
   bool all = false;
+  bool check = false;
   bool help = false;
 };
 
-constexpr std::array<Option<Options>, 4> kOptions{{
+constexpr std::array<Option<Options>, 5> kOptions{{
     {"--provider", "NAME", "only this libfabric provider (tcp, verbs, ...)",
      [](Options& o, std::string_view v) {
        if (v.empty()) throw UsageError("--provider: empty name");
@@ -46,11 +53,15 @@ constexpr std::array<Option<Options>, 4> kOptions{{
      "also list the entries Remora cannot open (e.g. IPv6-only\n"
      "interfaces), with the reason",
      [](Options& o, std::string_view) { o.all = true; }},
+    {"--check", "",
+     "diagnose instead of listing: what works, what is missing\n"
+     "(provider, interfaces, limits) and how to fix it",
+     [](Options& o, std::string_view) { o.check = true; }},
     {"--help", "", "show this help", [](Options& o, std::string_view) { o.help = true; }},
 }};
 
 std::string usage() {
-  std::string out = "usage: " + std::string(kProgram) + " [--provider NAME] [--json] [--all]\n\n";
+  std::string out = "usage: " + std::string(kProgram) + " [--provider NAME] [--json] [--all] [--check]\n\n";
   out +=
       "Lists the libfabric provider/interface pairs Remora can use here (FI_EP_MSG\n"
       "with RMA) and what each supports. Every usable entry is opened once to check it.\n\n"
@@ -198,6 +209,114 @@ std::string render_json(const std::vector<Entry>& entries, bool all) {
   return out;
 }
 
+// ---- --check: a diagnosis with fixes -------------------------------------------
+
+// The uDAPL face's IA name for a tcp interface (compat/dat names them
+// ofi-tcp-<interface>; loopback is ofi-tcp-lo).
+std::string dat_ia_name(const remora::FabricInfo& i) { return "ofi-" + i.provider + "-" + i.domain_name; }
+
+struct Finding {
+  char level;  // 'o' ok, 'w' warning, 'x' error
+  std::string what, fix;
+};
+
+std::string read_first_line(const char* path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+// Returns the process exit status: 0 when Remora can run here (warnings
+// allowed), 1 when nothing usable was found.
+int check(const std::string& provider) {
+  std::vector<Finding> out;
+  const char* env_prov = std::getenv("FI_PROVIDER");
+  std::vector<Entry> entries;
+  try {
+    entries = collect(provider);
+  } catch (const std::exception& e) {
+    out.push_back({'x', e.what(), "install libfabric (apt-get install libfabric1) and run again"});
+  }
+  std::size_t usable = 0, usable_tcp = 0;
+  bool loopback = false, other_iface = false;
+  for (const auto& e : entries) {
+    if (!e.usable) continue;
+    ++usable;
+    if (e.info.provider == "tcp") ++usable_tcp;
+    if (e.info.address.rfind("127.", 0) == 0)
+      loopback = true;
+    else
+      other_iface = true;
+  }
+  if (entries.empty() && out.empty()) {
+    std::string what = provider.empty() ? "libfabric offers no provider Remora can use (FI_EP_MSG with RMA)"
+                                        : "libfabric has no usable provider named '" + provider + "'";
+    std::string fix = "install libfabric1 with its tcp provider (Debian: apt-get install libfabric1)";
+    if (env_prov != nullptr) {
+      what += "; FI_PROVIDER is set to '" + std::string(env_prov) + "'";
+      fix = "unset FI_PROVIDER (or include tcp in it), then run again";
+    } else if (!provider.empty()) {
+      fix = "check the name with remora-info (no --provider): tcp, verbs, ...";
+    }
+    out.push_back({'x', what, fix});
+  }
+  if (usable > 0) {
+    out.push_back({'o', std::to_string(usable) + " provider/interface pair(s) usable", ""});
+    for (const auto& e : entries)
+      if (e.usable)
+        out.push_back({'o',
+                       e.info.provider + " on " + e.info.domain_name + " (" + e.info.address + "): C++ and librpma " +
+                           "address " + e.info.address + ", DAT IA name " + dat_ia_name(e.info),
+                       ""});
+  } else if (!entries.empty()) {
+    out.push_back({'x', "libfabric lists interfaces but Remora can open none of them",
+                   "see remora-info --all for the reason of each; an interface needs an IPv4 address "
+                   "(ip addr add ADDR/LEN dev IFACE)"});
+  }
+  if (provider.empty() && usable > 0 && usable_tcp == 0)
+    out.push_back({'w', "the tcp provider is not usable: only other providers will be used",
+                   env_prov ? "FI_PROVIDER='" + std::string(env_prov) + "' excludes it: unset FI_PROVIDER"
+                            : "install libfabric1 with its tcp provider"});
+  if (usable > 0 && !loopback)
+    out.push_back({'w', "no loopback interface: 127.0.0.1 (the tests, the examples) cannot be used",
+                   "bring it up: ip link set lo up"});
+  if (usable > 0 && !other_iface)
+    out.push_back({'w', "only loopback is usable: other hosts cannot connect to this one",
+                   "give an interface an IPv4 address (ip addr add ADDR/LEN dev IFACE)"});
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+    // About 4 descriptors per tcp connection and side (socket, queue wait
+    // objects): bench/README.md, remora-bench-scale.
+    const auto conns = nofile.rlim_cur == RLIM_INFINITY ? ~rlim_t{0} : nofile.rlim_cur / 4;
+    Finding f{'o',
+              "open files limit " + std::to_string(nofile.rlim_cur) + ": about " + std::to_string(conns) +
+                  " connections per process",
+              ""};
+    if (nofile.rlim_cur < 4096) {
+      f.level = 'w';
+      f.fix = "raise it for many connections: ulimit -n " + std::to_string(nofile.rlim_max);
+    }
+    out.push_back(f);
+  }
+  const std::string scope = read_first_line("/proc/sys/kernel/yama/ptrace_scope");
+  out.push_back({'o',
+                 "same-host backend: none in this version, every connection uses libfabric" +
+                     (scope.empty() ? std::string() : " (kernel.yama.ptrace_scope = " + scope + ")"),
+                 ""});
+  std::size_t errors = 0, warnings = 0;
+  for (const auto& f : out) {
+    const char* tag = f.level == 'o' ? "ok  " : f.level == 'w' ? "warn" : "FAIL";
+    std::printf("%s  %s\n", tag, f.what.c_str());
+    if (!f.fix.empty()) std::printf("      fix: %s\n", f.fix.c_str());
+    errors += f.level == 'x';
+    warnings += f.level == 'w';
+  }
+  std::printf("%s: %zu problem(s), %zu warning(s)\n", errors == 0 ? "Remora can run here" : "Remora cannot run here",
+              errors, warnings);
+  return errors == 0 && usable > 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -211,6 +330,14 @@ int main(int argc, char** argv) {
   if (opts.help) {
     std::fputs(usage().c_str(), stdout);
     return 0;
+  }
+  if (opts.check) {
+    if (opts.json || opts.all) {
+      std::fprintf(stderr, "%s: --check prints a diagnosis; it takes no --json or --all (see --help)\n",
+                   kProgram.data());
+      return 2;
+    }
+    return check(opts.provider);
   }
   try {
     const std::vector<Entry> entries = collect(opts.provider);

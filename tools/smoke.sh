@@ -73,6 +73,23 @@ if timeout 30 "$INFO" --provider "$PROVIDER" --json >"$WORK/info.json" 2>&1 &&
 else
     fail "remora-info --json"; cat "$WORK/info.json" >&2
 fi
+if timeout 30 "$INFO" --check >"$WORK/check.txt" 2>&1 && grep -q '^ok .*DAT IA name ofi-.*-lo$' "$WORK/check.txt" &&
+    grep -q '^Remora can run here' "$WORK/check.txt"; then
+    pass "remora-info --check finds Remora usable and names the loopback IA"
+else
+    fail "remora-info --check"; cat "$WORK/check.txt" >&2
+fi
+rc=0
+FI_PROVIDER=no-such-provider timeout 30 "$INFO" --check >"$WORK/check-bad.txt" 2>&1 || rc=$?
+if [ "$rc" = 1 ] && grep -q '^FAIL .*FI_PROVIDER is set' "$WORK/check-bad.txt" &&
+    grep -q 'fix: unset FI_PROVIDER' "$WORK/check-bad.txt"; then
+    pass "remora-info --check says what is wrong and how to fix it"
+else
+    fail "remora-info --check with FI_PROVIDER excluding every provider (rc=$rc)"; cat "$WORK/check-bad.txt" >&2
+fi
+rc=0
+timeout 30 "$INFO" --check --json >/dev/null 2>&1 || rc=$?
+if [ "$rc" = 2 ]; then pass "remora-info --check --json is a usage error"; else fail "remora-info --check --json exited $rc"; fi
 if timeout 30 "$INFO" --provider no-such-provider >/dev/null 2>&1; then
     fail "remora-info with an unknown provider exited 0"
 else
