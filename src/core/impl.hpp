@@ -15,6 +15,7 @@
 #include <shared_mutex>
 #include <span>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -387,6 +388,9 @@ class Agent : public std::enable_shared_from_this<Agent> {
   void add(const std::shared_ptr<EndpointImpl>& ep, int fd);
   void remove(EndpointImpl* ep, int fd);
   void wake() noexcept;
+  /// Have the agent thread look at this endpoint on its next turn (its fd
+  /// did not fire: work queued from another thread).
+  void look_at(const EndpointImpl* ep);
   /// One pass on the calling thread: connection management, then every
   /// endpoint (ProtectionZone::progress). Returns the work done.
   std::size_t run_once();
@@ -434,12 +438,14 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::atomic<bool> started_{false};  // start() was called: jobs go to durability_
   struct Watched {
     std::weak_ptr<EndpointImpl> ep;
-    const EndpointImpl* raw;  // identity only, never dereferenced
     int fd;
     bool armed;  // fd in the epoll set with EPOLLIN
   };
-  std::vector<Watched> endpoints_;
-  bool cm_armed_ = true;  // cm_wait_fd in the epoll set with EPOLLIN
+  // Keyed by identity (never dereferenced without the weak reference); the
+  // epoll set carries the same key, so a wake names the endpoints to look at.
+  std::unordered_map<const EndpointImpl*, Watched> endpoints_;
+  std::vector<const EndpointImpl*> fresh_;  // added since the last turn: looked at once
+  bool cm_armed_ = true;                    // cm_wait_fd in the epoll set with EPOLLIN
   std::uint64_t turn_ = 0;
 };
 

@@ -2,6 +2,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -42,15 +43,22 @@ void track(const std::shared_ptr<Agent>& a) {
 
 }  // namespace
 
+namespace {
+// epoll data of the agent's own fds; an endpoint's fd carries the
+// endpoint's address (never 0 or 1).
+constexpr std::uint64_t kWakeTag = 0, kCmTag = 1;
+std::uint64_t tag_of(const EndpointImpl* ep) { return reinterpret_cast<std::uintptr_t>(ep); }
+}  // namespace
+
 Agent::Agent(ZoneImpl* zone, bool busy_poll) : zone_(zone), busy_(busy_poll) {
   epfd_ = epoll_create1(EPOLL_CLOEXEC);
   epoll_event ev{};
   ev.events = EPOLLIN;
   wake_fd_ = wake_.fd();
-  ev.data.fd = wake_fd_;
+  ev.data.u64 = kWakeTag;
   epoll_ctl(epfd_, EPOLL_CTL_ADD, wake_fd_, &ev);
-  ev.data.fd = zone_->domain->cm_wait_fd();
-  epoll_ctl(epfd_, EPOLL_CTL_ADD, ev.data.fd, &ev);
+  ev.data.u64 = kCmTag;
+  epoll_ctl(epfd_, EPOLL_CTL_ADD, zone_->domain->cm_wait_fd(), &ev);
 }
 
 Agent::~Agent() {
@@ -107,14 +115,18 @@ void Agent::defer_persist(PersistJob job) {
 
 namespace {
 // One write-back and its reply, on the calling thread with no lock held.
-void run_persist_job(Agent::PersistJob& job) {
+// Returns the endpoint the reply went to (identity only), if it still exists.
+const EndpointImpl* run_persist_job(Agent::PersistJob& job) {
   wire::Ctl rep = job.reply;
   auto done = job.region->persist_for_peer(rep.addr, rep.len);
   Errc why = Errc::io_error;  // any failure of the write-back: not durable
   if (!done && (done.error() == Errc::not_supported || done.error() == Errc::remote_access))
     why = static_cast<Errc>(done.error().value());
   rep.status = done ? 0 : static_cast<std::uint16_t>(why);
-  if (auto ep = job.ep.lock()) ep->send_reply(rep);
+  auto ep = job.ep.lock();
+  if (!ep) return nullptr;
+  ep->send_reply(rep);
+  return ep.get();
 }
 }  // namespace
 
@@ -135,29 +147,40 @@ void Agent::durability_loop() {
       jobs_cv_.wait(lock);
       continue;
     }
+    const EndpointImpl* replied = nullptr;
     {
       PersistJob job = std::move(jobs_.front());
       jobs_.pop_front();
       lock.unlock();
-      run_persist_job(job);
+      replied = run_persist_job(job);
       // The job's references (region, endpoint, and through them the
       // zone) are released here, before the lock is taken again: the
       // zone's destructor stops this agent.
     }
-    wake();  // a reply the transport could not take yet is retried by the agent
+    // A reply the transport could not take yet is retried by the agent.
+    if (replied != nullptr && !stop_) look_at(replied);
     lock.lock();
   }
 }
 
 void Agent::wake() noexcept { wake_.raise(); }
 
+void Agent::look_at(const EndpointImpl* ep) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fresh_.push_back(ep);
+  }
+  wake();
+}
+
 void Agent::add(const std::shared_ptr<EndpointImpl>& ep, int fd) {
   std::lock_guard<std::mutex> lock(mu_);
-  endpoints_.push_back(Watched{ep, ep.get(), fd, fd >= 0});
+  endpoints_[ep.get()] = Watched{ep, fd, fd >= 0};
+  fresh_.push_back(ep.get());
   if (fd >= 0) {  // a busy-polling zone's queues have nothing to sleep on
     epoll_event ev{};
     ev.events = EPOLLIN;
-    ev.data.fd = fd;
+    ev.data.u64 = tag_of(ep.get());
     epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
   }
   wake();
@@ -166,9 +189,9 @@ void Agent::add(const std::shared_ptr<EndpointImpl>& ep, int fd) {
 void Agent::remove(EndpointImpl* ep, int fd) {
   std::lock_guard<std::mutex> lock(mu_);
   if (fd >= 0) epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
-  // Identity and expiry only: locking an endpoint here could make this
-  // thread drop its last reference under mu_ (its destructor comes back here).
-  std::erase_if(endpoints_, [ep](const Watched& w) { return w.raw == ep || w.ep.expired(); });
+  // Identity only: locking an endpoint here could make this thread drop its
+  // last reference under mu_ (its destructor comes back here).
+  endpoints_.erase(ep);
 }
 
 void Agent::handle_cm(backend::CmEvent& ev) {
@@ -229,7 +252,7 @@ std::size_t Agent::run_once() {
   std::vector<std::shared_ptr<EndpointImpl>> eps;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& w : endpoints_)
+    for (auto& [raw, w] : endpoints_)
       if (auto p = w.ep.lock()) eps.push_back(std::move(p));
   }
   for (auto& ep : eps) work += static_cast<std::size_t>(ep->progress());
@@ -238,6 +261,21 @@ std::size_t Agent::run_once() {
 
 void Agent::run() {
   std::vector<std::shared_ptr<EndpointImpl>> eps, held;  // reused every turn
+  // Which endpoints a turn looks at. Not all of them: with thousands of
+  // connections a pass over every one per wake-up made each wake cost O(N)
+  // (a provider call per queue) and set-up O(N^2). A turn looks at the
+  // endpoints whose fd woke the agent (`fired`), those that still had work
+  // or could not sleep on the previous turn (`hot`) and new ones; a sweep
+  // over every endpoint happens after a sleep that timed out and at least
+  // every kSweep (every kSweepDriven while users drive endpoints, to take
+  // them back once they stop), as a safety net and to follow the users'
+  // claims.
+  std::vector<const EndpointImpl*> fired, hot, look;
+  constexpr auto kSweep = std::chrono::milliseconds(100);
+  constexpr auto kSweepDriven = std::chrono::milliseconds(2);
+  auto next_sweep = std::chrono::steady_clock::time_point{};
+  bool sweep = true;
+  bool user_driven = false;  // at the last sweep (or since), some endpoint was driven by a user
   // After traffic woke it, the agent keeps polling for a short while before
   // sleeping again: the operations of one burst (a write and the read right
   // behind it) then cost one wake-up, not one each. A plain incoming write
@@ -245,6 +283,12 @@ void Agent::run() {
   constexpr auto kLinger = std::chrono::microseconds(30);
   auto linger_until = std::chrono::steady_clock::time_point{};
   bool spinning = false;  // the previous turn polled endpoints and did not sleep
+  auto set_armed = [this](int fd, const EndpointImpl* raw, bool on) {
+    epoll_event e{};
+    e.events = on ? static_cast<std::uint32_t>(EPOLLIN) : 0u;
+    e.data.u64 = tag_of(raw);
+    epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &e);
+  };
   while (!stop_) {
     int work = 0;
     // While it keeps polling (busy, or lingering after traffic) the agent
@@ -256,30 +300,53 @@ void Agent::run() {
     // The last reference to the zone may have been dropped on this thread
     // (an event's endpoint): the zone is gone, stop() was called.
     if (stop_) break;
-    // Endpoints a user thread is polling are left to it: their fds leave the
-    // epoll set so the agent neither competes for them nor wakes for them.
-    bool user_driven = false;
+    const auto now_tp = std::chrono::steady_clock::now();
+    if (busy_ || now_tp >= next_sweep) sweep = true;
     eps.clear();
     // Every endpoint looked at stays referenced until the lock is released:
     // one destroyed under it would deregister itself (remove()) and deadlock.
     {
-      const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+      const std::int64_t now = now_tp.time_since_epoch().count();
       std::lock_guard<std::mutex> lock(mu_);
-      for (auto& w : endpoints_) {
+      // Endpoints a user thread is polling are left to it: their fds leave
+      // the epoll set so the agent neither competes for them nor wakes for
+      // them.
+      auto consider = [&](const EndpointImpl* raw, Watched& w) {
         auto p = w.ep.lock();
-        if (!p) continue;
+        if (!p) return;
         const bool driven = p->send_cq->claimed(now) || p->recv_cq->claimed(now);
         if (w.fd >= 0 && driven == w.armed) {
-          epoll_event e{};
-          e.events = driven ? 0u : static_cast<std::uint32_t>(EPOLLIN);
-          e.data.fd = w.fd;
-          epoll_ctl(epfd_, EPOLL_CTL_MOD, w.fd, &e);
+          set_armed(w.fd, raw, !driven);
           w.armed = !driven;
         }
         user_driven |= driven;
         if (!driven) eps.push_back(p);
         held.push_back(std::move(p));
+      };
+      if (sweep) {
+        user_driven = false;
+        for (auto it = endpoints_.begin(); it != endpoints_.end();) {
+          if (it->second.ep.expired()) {
+            it = endpoints_.erase(it);
+            continue;
+          }
+          consider(it->first, it->second);
+          ++it;
+        }
+        sweep = false;
+        next_sweep = now_tp + (user_driven ? kSweepDriven : kSweep);
+      } else {
+        look.clear();
+        look.insert(look.end(), fired.begin(), fired.end());
+        look.insert(look.end(), hot.begin(), hot.end());
+        look.insert(look.end(), fresh_.begin(), fresh_.end());
+        std::sort(look.begin(), look.end());
+        look.erase(std::unique(look.begin(), look.end()), look.end());
+        for (const EndpointImpl* raw : look)
+          if (auto it = endpoints_.find(raw); it != endpoints_.end()) consider(raw, it->second);
+        if (user_driven) next_sweep = std::min(next_sweep, now_tp + kSweepDriven);
       }
+      fresh_.clear();
       // The connection-management fd of some providers (tcp) also turns
       // readable with data traffic; while users drive endpoints it would
       // wake the agent for their traffic, so events are then read on the
@@ -287,23 +354,33 @@ void Agent::run() {
       if (user_driven == cm_armed_) {
         epoll_event e{};
         e.events = user_driven ? 0u : static_cast<std::uint32_t>(EPOLLIN);
-        e.data.fd = zone_->domain->cm_wait_fd();
-        epoll_ctl(epfd_, EPOLL_CTL_MOD, e.data.fd, &e);
+        e.data.u64 = kCmTag;
+        epoll_ctl(epfd_, EPOLL_CTL_MOD, zone_->domain->cm_wait_fd(), &e);
         cm_armed_ = !user_driven;
       }
     }
     held.clear();
+    fired.clear();
+    hot.clear();
     if (stop_) break;
-    for (auto& ep : eps) work += ep->progress();
+    for (auto& ep : eps) {
+      const int n = ep->progress();
+      work += n;
+      if (n > 0) hot.push_back(ep.get());
+    }
     spinning = !eps.empty();
     if (stop_) break;
     if (!eps.empty() && (busy_ || work > 0 || std::chrono::steady_clock::now() < linger_until)) {
+      hot.clear();
+      for (auto& ep : eps) hot.push_back(ep.get());
       eps.clear();
       continue;
     }
     // Sleep only when the transport confirms nothing is pending. (While
     // users drive endpoints, the connection-management queue is looked at
     // on each periodic wake instead: its readiness follows their traffic.)
+    // Endpoints not looked at this turn were confirmed before an earlier
+    // sleep and their fds have not fired since.
     bool can_sleep = user_driven;
     if (!can_sleep) {
       std::shared_lock<std::shared_mutex> transport(zone_->transport_mu);
@@ -314,23 +391,29 @@ void Agent::run() {
       std::shared_lock<std::shared_mutex> transport(zone_->transport_mu);
       // An acknowledgement or reply the transport could not take yet is
       // retried on the next turn rather than after a sleep.
-      if (ep->conn && (!ep->conn->try_wait() || ep->msgs_acked != ep->msgs_handled || !ep->pending_replies.empty()))
+      if (ep->conn && (!ep->conn->try_wait() || ep->msgs_acked != ep->msgs_handled || !ep->pending_replies.empty())) {
         can_sleep = false;
+        hot.push_back(ep.get());
+      }
     }
     eps.clear();  // never keep an endpoint alive while asleep
     if (!can_sleep) continue;
-    epoll_event out[16];
+    epoll_event out[64];
     // While users drive endpoints, look again soon (after about twice the
     // drive window) to take them back once the users stop polling.
     timespec ts{0, user_driven ? 2'000'000 : 100'000'000};
-    int n = epoll_pwait2(epfd_, out, 16, &ts, nullptr);
-    if (n < 0 && errno == ENOSYS) n = epoll_wait(epfd_, out, 16, user_driven ? 1 : 100);
+    int n = epoll_pwait2(epfd_, out, 64, &ts, nullptr);
+    if (n < 0 && errno == ENOSYS) n = epoll_wait(epfd_, out, 64, user_driven ? 1 : 100);
     spinning = false;
+    if (n == 0) sweep = true;  // a timeout: look at everything once
     for (int i = 0; i < n; ++i) {
-      if (out[i].data.fd == wake_fd_)
+      const std::uint64_t tag = out[i].data.u64;
+      if (tag == kWakeTag) {
         wake_.clear();
-      else
-        linger_until = std::chrono::steady_clock::now() + kLinger;
+        continue;
+      }
+      linger_until = std::chrono::steady_clock::now() + kLinger;
+      if (tag != kCmTag) fired.push_back(reinterpret_cast<const EndpointImpl*>(static_cast<std::uintptr_t>(tag)));
     }
   }
 }
