@@ -4,10 +4,12 @@
 #   - each .deb holds what it should (dpkg-deb -c), the compatibility
 #     libraries do not depend on libremora0, and their relations to Debian's
 #     librpma0/librpma-dev are declared;
+#   - libremora-dev holds the C++ API reference (Doxygen HTML);
 #   - lintian, if installed (its tags are reported, only errors fail);
 #   - the packages unpacked into a throwaway root (dpkg -x): the tools run
 #     from it, `man -l` renders the pages (rpma_flush, remora-perf, a DAT
-#     page, whichever exist), and the programs of tests/install/ build
+#     page, whichever exist), the C++ API reference documents the main
+#     classes (docs/check-reference.sh), and the programs of tests/install/ build
 #     against it (CMake and pkg-config) and run on 127.0.0.1.
 #
 # Usage: scripts/deb.sh [OUT_DIR]      (default: build-deb; the .debs land there)
@@ -81,7 +83,8 @@ ml=usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 has libremora0 "^\./$ml/libremora\.so\.0$" "^\./$ml/libremora\.so\.0\.[0-9.]+$"
 has libremora-dev "^\./usr/include/remora/remora\.hpp$" "^\./$ml/libremora\.so$" \
   "^\./$ml/pkgconfig/remora\.pc$" "^\./$ml/cmake/Remora/RemoraConfig\.cmake$" \
-  "^\./$ml/cmake/Remora/RemoraConfigVersion\.cmake$" "^\./$ml/cmake/Remora/RemoraTargets\.cmake$"
+  "^\./$ml/cmake/Remora/RemoraConfigVersion\.cmake$" "^\./$ml/cmake/Remora/RemoraTargets\.cmake$" \
+  "^\./usr/share/doc/libremora-dev/html/index\.html$" "^\./usr/share/doc/libremora-dev/html/annotated\.html$"
 has remora-tools "^\./usr/bin/remora-perf$" "^\./usr/bin/remora-info$"
 has libremora-rpma0 "^\./$ml/librpma\.so\.0$"
 has libremora-rpma-dev "^\./usr/include/librpma\.h$" "^\./$ml/librpma\.so$" "^\./$ml/pkgconfig/remora-rpma\.pc$" \
@@ -142,7 +145,11 @@ for page in man1/remora-perf.1 man3/rpma_flush.3 man7/librpma.7 man3/dat_ia_open
   shown="$shown $(basename "$page")"
 done
 [ -n "$shown" ] || die "no manual page to show"
-step "unpacked into a throwaway root: remora-info runs; man -l renders$shown"
+bash "$repo/docs/check-reference.sh" "$root/usr/share/doc/libremora-dev/html" >"$work/doc.txt" 2>&1 || {
+  cat "$work/doc.txt" >&2
+  die "the C++ API reference of libremora-dev"
+}
+step "unpacked into a throwaway root: remora-info runs; man -l renders$shown; the C++ API reference documents the main classes"
 
 # The out-of-tree programs against the unpacked packages.
 build=$work/check

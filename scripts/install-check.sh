@@ -8,7 +8,10 @@
 #                 read back, the server checks its buffer after the client left
 #   rpma_check    the same through the librpma face (librpma.h, -lrpma)
 #   dat_check     the DAT face: the registry lists ofi-tcp-lo, which opens
-# plus the installed remora-info, and the installed man pages through man.
+# plus the installed remora-info, the installed man pages through man, and
+# the installed C++ API reference (Doxygen HTML, docs/check-reference.sh;
+# skipped, saying so, when the build made none: doxygen absent or
+# REMORA_DOCS=OFF).
 # Warnings are errors. Every step is bounded by `timeout`; the prefix and
 # any server left running are removed on exit.
 #
@@ -93,6 +96,26 @@ if [ "$nman" -gt 0 ] && command -v man >/dev/null; then
   step "installed remora-info runs; man renders$shown"
 else
   step "installed remora-info runs"
+fi
+
+# ---- the installed C++ API reference ---------------------------------------------
+cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
+docdir=$(cache_value CMAKE_INSTALL_DOCDIR)
+case "$docdir" in
+  "") docdir=$prefix/share/doc/remora ;;
+  /*) ;;
+  *) docdir=$prefix/$docdir ;;
+esac
+if [ "$(cache_value REMORA_DOCS)" = ON ]; then
+  bash "$repo/docs/check-reference.sh" "$docdir/html" >"$tmp/doc.log" 2>&1 || {
+    cat "$tmp/doc.log" >&2
+    die "the installed C++ API reference"
+  }
+  step "installed C++ API reference in ${docdir#"$prefix"/}/html: $(find "$docdir/html" -name '*.html' | wc -l) pages, the main classes documented"
+elif ! command -v doxygen >/dev/null; then
+  step "C++ API reference: SKIPPED, doxygen is not installed (apt-get install doxygen, then configure again)"
+else
+  step "C++ API reference: SKIPPED, this build has REMORA_DOCS=OFF (configured before doxygen was installed? -DREMORA_DOCS=ON)"
 fi
 
 # ---- build: CMake (find_package) ---------------------------------------------------

@@ -9,6 +9,7 @@ pkgs=(build-essential cmake pkg-config python3 libfabric-dev libfabric-bin libpm
       libgtest-dev libgmock-dev libbenchmark-dev libibverbs-dev librpma-dev iproute2 procps
       clang libclang-rt-14-dev llvm   # scripts/fuzz.sh: Clang, libFuzzer, llvm-symbolizer
       clang-format                    # scripts/format.sh --check (CI)
+      doxygen                         # the C++ API reference (target remora-doc)
       debhelper lintian man-db)       # scripts/deb.sh: dpkg-buildpackage of debian/, and its checks
 missing=()
 for p in "${pkgs[@]}"; do
