@@ -99,12 +99,12 @@ struct ZoneImpl : std::enable_shared_from_this<ZoneImpl> {
   std::map<std::uint64_t, RegionImpl*> regions;
 
   // Connection-management routing: transport identity -> object.
-  std::mutex cm_mu;
-  std::map<const void*, std::weak_ptr<EndpointImpl>> cm_endpoints;
-  std::map<const void*, std::weak_ptr<ListenerImpl>> cm_listeners;
+  Mutex cm_mu;
+  std::map<const void*, std::weak_ptr<EndpointImpl>> cm_endpoints REMORA_GUARDED_BY(cm_mu);
+  std::map<const void*, std::weak_ptr<ListenerImpl>> cm_listeners REMORA_GUARDED_BY(cm_mu);
 
-  std::mutex rng_mu;
-  std::mt19937_64 rng{std::random_device{}()};
+  Mutex rng_mu;
+  std::mt19937_64 rng REMORA_GUARDED_BY(rng_mu){std::random_device{}()};
   std::uint64_t random_key();
 };
 
@@ -429,8 +429,8 @@ class Agent : public std::enable_shared_from_this<Agent> {
   int wake_fd_ = -1;  // wake_.fd(), made at construction
   std::atomic<bool> stop_{false};
   std::thread thread_;
-  std::mutex mu_;
-  std::mutex cm_mu_;    // dispatch_cm: one reader and handler at a time
+  Mutex mu_;
+  Mutex cm_mu_;         // dispatch_cm: one reader and handler at a time
   std::mutex jobs_mu_;  // the durability queue and its thread
   std::condition_variable jobs_cv_;
   std::deque<PersistJob> jobs_;
@@ -443,9 +443,9 @@ class Agent : public std::enable_shared_from_this<Agent> {
   };
   // Keyed by identity (never dereferenced without the weak reference); the
   // epoll set carries the same key, so a wake names the endpoints to look at.
-  std::unordered_map<const EndpointImpl*, Watched> endpoints_;
-  std::vector<const EndpointImpl*> fresh_;  // added since the last turn: looked at once
-  bool cm_armed_ = true;                    // cm_wait_fd in the epoll set with EPOLLIN
+  std::unordered_map<const EndpointImpl*, Watched> endpoints_ REMORA_GUARDED_BY(mu_);
+  std::vector<const EndpointImpl*> fresh_ REMORA_GUARDED_BY(mu_);  // added since the last turn: looked at once
+  bool cm_armed_ REMORA_GUARDED_BY(mu_) = true;                    // cm_wait_fd in the epoll set with EPOLLIN
   std::uint64_t turn_ = 0;
 };
 

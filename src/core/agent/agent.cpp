@@ -167,14 +167,14 @@ void Agent::wake() noexcept { wake_.raise(); }
 
 void Agent::look_at(const EndpointImpl* ep) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     fresh_.push_back(ep);
   }
   wake();
 }
 
 void Agent::add(const std::shared_ptr<EndpointImpl>& ep, int fd) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   endpoints_[ep.get()] = Watched{ep, fd, fd >= 0};
   fresh_.push_back(ep.get());
   if (fd >= 0) {  // a busy-polling zone's queues have nothing to sleep on
@@ -187,7 +187,7 @@ void Agent::add(const std::shared_ptr<EndpointImpl>& ep, int fd) {
 }
 
 void Agent::remove(EndpointImpl* ep, int fd) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (fd >= 0) epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
   // Identity only: locking an endpoint here could make this thread drop its
   // last reference under mu_ (its destructor comes back here).
@@ -198,7 +198,7 @@ void Agent::handle_cm(backend::CmEvent& ev) {
   std::shared_ptr<EndpointImpl> ep;
   std::shared_ptr<ListenerImpl> listener;
   {
-    std::lock_guard<std::mutex> lock(zone_->cm_mu);
+    MutexLock lock(zone_->cm_mu);
     if (auto it = zone_->cm_endpoints.find(ev.cm_id); it != zone_->cm_endpoints.end()) ep = it->second.lock();
     if (auto it = zone_->cm_listeners.find(ev.cm_id); it != zone_->cm_listeners.end()) listener = it->second.lock();
   }
@@ -238,7 +238,7 @@ bool Agent::next_cm_event(backend::CmEvent& ev) {
 }
 
 std::size_t Agent::dispatch_cm() {
-  std::lock_guard<std::mutex> lock(cm_mu_);
+  MutexLock lock(cm_mu_);
   std::size_t n = 0;
   for (backend::CmEvent ev; !stop_ && next_cm_event(ev); ++n) handle_cm(ev);
   return n;
@@ -251,7 +251,7 @@ std::size_t Agent::run_once() {
   if (!started_) work += run_persist_jobs();
   std::vector<std::shared_ptr<EndpointImpl>> eps;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (auto& [raw, w] : endpoints_)
       if (auto p = w.ep.lock()) eps.push_back(std::move(p));
   }
@@ -307,7 +307,7 @@ void Agent::run() {
     // one destroyed under it would deregister itself (remove()) and deadlock.
     {
       const std::int64_t now = now_tp.time_since_epoch().count();
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       // Endpoints a user thread is polling are left to it: their fds leave
       // the epoll set so the agent neither competes for them nor wakes for
       // them.

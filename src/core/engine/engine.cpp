@@ -63,7 +63,7 @@ Result<void> EndpointImpl::setup_connection(const std::shared_ptr<void>& request
     }
   }
   {
-    std::lock_guard<std::mutex> lock(zone->cm_mu);
+    MutexLock lock(zone->cm_mu);
     zone->cm_endpoints[conn->cm_id()] = weak_from_this();
   }
   zone->agent->add(shared_from_this(), conn->wait_fd());
@@ -435,7 +435,7 @@ void EndpointImpl::drop_connection() noexcept {
   if (c) {
     zone->agent->remove(this, c->wait_fd());
     {
-      std::lock_guard<std::mutex> lock(zone->cm_mu);
+      MutexLock lock(zone->cm_mu);
       zone->cm_endpoints.erase(c->cm_id());
     }
   }

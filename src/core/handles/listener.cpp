@@ -24,7 +24,7 @@ void ListenerImpl::close() noexcept {
   }
   cv.notify_all();
   if (p) {
-    std::lock_guard<std::mutex> lock(zone->cm_mu);
+    MutexLock lock(zone->cm_mu);
     zone->cm_listeners.erase(p->cm_id());
   }
 }

@@ -17,7 +17,7 @@ ZoneImpl::~ZoneImpl() {
 }
 
 std::uint64_t ZoneImpl::random_key() {
-  std::lock_guard<std::mutex> lock(rng_mu);
+  MutexLock lock(rng_mu);
   std::uint64_t k = 0;
   while (k == 0) k = rng() & key_mask;
   return k;
@@ -184,7 +184,7 @@ Result<Listener> ProtectionZone::listen(const std::string& address, std::uint16_
   if (!pep) return pep.error();
   l->pep = std::move(*pep);
   {
-    std::lock_guard<std::mutex> lock(impl_->cm_mu);
+    detail::MutexLock lock(impl_->cm_mu);
     impl_->cm_listeners[l->pep->cm_id()] = l;
   }
   impl_->agent->wake();
