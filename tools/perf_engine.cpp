@@ -115,6 +115,17 @@ static_assert(sizeof(Control) == 48);
 constexpr std::size_t kControlSlot = 64;  // bytes per control buffer
 constexpr std::size_t kControlRecvs = 4;
 
+// The control connection of a bidirectional run, the same at both ends: its
+// own queue, a few small messages in flight.
+EndpointOptions control_endpoint_options(CompletionQueue& cq) {
+  EndpointOptions eo;
+  eo.send_cq = &cq;
+  eo.max_outstanding = 8;
+  eo.max_recv = kControlRecvs;
+  eo.max_message = 4096;
+  return eo;
+}
+
 template <class T>
 std::vector<std::uint8_t> bytes_of(const T& v) {
   std::vector<std::uint8_t> out(sizeof v);
@@ -727,11 +738,7 @@ class Client {
       auto ccq = zone_.create_cq(64);
       if (!ccq) throw PerfError("creating the control queue: " + msg(ccq.error()));
       ctl_cq_ = std::move(*ccq);
-      EndpointOptions eo;
-      eo.send_cq = &ctl_cq_;
-      eo.max_outstanding = 8;
-      eo.max_recv = kControlRecvs;
-      eo.max_message = 4096;
+      const EndpointOptions eo = control_endpoint_options(ctl_cq_);
       Request req;
       req.flags = kControl;
       req.index = static_cast<std::uint16_t>(n);
@@ -1058,11 +1065,7 @@ class Server {
     auto cq = zone_.create_cq(64);
     if (!cq) return reject(req, "creating the control queue: " + msg(cq.error()));
     ctl_cq_ = std::move(*cq);
-    EndpointOptions eo;
-    eo.send_cq = &ctl_cq_;
-    eo.max_outstanding = 8;
-    eo.max_recv = kControlRecvs;
-    eo.max_message = 4096;
+    const EndpointOptions eo = control_endpoint_options(ctl_cq_);
     auto ep = zone_.create_endpoint(eo);
     if (!ep) return reject(req, "creating the control endpoint: " + msg(ep.error()));
     ReplyHeader h;

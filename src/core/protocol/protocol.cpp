@@ -85,7 +85,7 @@ void EndpointImpl::handle_request(const wire::Ctl& req) {
             if (!r.persistent) {
               rep.status = static_cast<std::uint16_t>(Errc::not_supported);
             } else if (auto pinned = r.weak_from_this().lock()) {
-              rep.status = 0;
+              // The job sets the status from the write-back's outcome.
               zone->agent->defer_persist(Agent::PersistJob{weak_from_this(), std::move(pinned), rep});
               return;
             }  // else: the region is being destroyed: a refusal
