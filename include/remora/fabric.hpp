@@ -23,6 +23,10 @@ struct FabricOptions {
   std::string provider = "tcp";
   std::string address = "127.0.0.1";  ///< local address to bind (selects the interface)
   bool busy_poll = false;             ///< target agents spin instead of sleeping
+  /// remora-check (docs/check.md): checks to run, as in REMORA_CHECK
+  /// ("reuse", "strict", "crash", "noncoherent", "all", "report=PATH", ...).
+  /// The environment variable, when set, applies as well. Empty: off.
+  std::string check = {};
 };
 
 struct ZoneOptions {

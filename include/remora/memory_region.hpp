@@ -42,6 +42,19 @@ class MemoryRegion {
   /// Make [offset, offset+len) durable (pmem2 persist or msync).
   /// Errors: invalid_argument (range), not_supported (region not persistent), io_error.
   Result<void> persist(std::size_t offset, std::size_t len) const;
+  /// Non-coherent memory (FabricInfo::requires_sync), as
+  /// dat_lmr_sync_rdma_write: make what RDMA writes (incoming) and RDMA reads
+  /// (outgoing) placed in [offset, offset+len) visible to this CPU. Call it
+  /// after such an operation completed and before reading the range. On
+  /// coherent memory it does nothing; under remora-check's non-coherent
+  /// emulation (docs/check.md) the range shows poison until it is called.
+  /// Errors: invalid_argument (range), invalid_handle.
+  Result<void> sync_rdma_write(std::size_t offset, std::size_t len);
+  /// Non-coherent memory, as dat_lmr_sync_rdma_read: make this CPU's writes
+  /// to [offset, offset+len) visible to RDMA (an outgoing write or send from
+  /// it, a peer's RDMA read of it). Call it after writing the range and
+  /// before posting. Errors: invalid_argument (range), invalid_handle.
+  Result<void> sync_rdma_read(std::size_t offset, std::size_t len);
   /// Deregister. Operations still using the region must have completed.
   void close() noexcept;
 

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "check/check.hpp"
 #include "core/protocol/wire.hpp"
 #include "core/sync.hpp"
 #include "fabric/backend.hpp"
@@ -73,6 +74,9 @@ class LazyBuffer {
 struct FabricImpl {
   std::shared_ptr<backend::Transport> transport;
   FabricOptions options;
+  // remora-check (docs/check.md): null when checking is off.
+  std::shared_ptr<check::Checker> check;
+  std::optional<FabricInfo> info;  // the transport's, as the checks change it
 };
 
 struct RegionImpl;
@@ -85,6 +89,7 @@ struct ZoneImpl : std::enable_shared_from_this<ZoneImpl> {
   bool busy_poll = false;
   std::uint64_t key_mask = ~std::uint64_t{0};
   std::shared_ptr<Agent> agent;
+  check::Checker* check = nullptr;  // the fabric's; null when checking is off
 
   // Held shared by every thread inside the transport's progress (reading a
   // queue, where the provider also serves incoming reads from registered
@@ -135,7 +140,8 @@ struct RegionImpl : std::enable_shared_from_this<RegionImpl> {
   void (*persist_fn)(const void*, std::size_t) = nullptr;
   int fd = -1;
   std::atomic<bool> closed{false};
-  std::mutex persist_mu;  // held by persist_for_peer; close() waits on it
+  std::mutex persist_mu;                                              // held by persist_for_peer; close() waits on it
+  std::unique_ptr<check::RegionState, check::RegionStateFree> check;  // remora-check's, or null
 };
 
 struct CqImpl {
@@ -212,6 +218,7 @@ struct OpSlot {
   std::uint64_t raddr = 0, rkey = 0, data = 0;
   bool with_data = false;
   wire::Ctl ctl{};
+  std::unique_ptr<check::OpRecord, check::OpRecordFree> check;  // remora-check's, or null
 };
 
 /// Local segments that passed the handle layer's checks.
@@ -229,9 +236,14 @@ struct Operation {
   const CheckedSegments* local = nullptr;
   std::uint64_t length = 0;
   std::uint64_t raddr = 0, rkey = 0;  // RMA: the remote range's start and key
-  bool with_data = false;             // RMA write: with immediate data
-  std::uint64_t data = 0;             // immediate data (wire kinds)
-  wire::Ctl ctl{};                    // control operations
+  // remora-check only (read by check::Checker::on_post): the consumer's
+  // segments, one per entry of `local`, and the remote region.
+  const Segment* segments = nullptr;
+  std::uint64_t remote_base = 0;   // RMA, flush: the remote region's start
+  bool remote_persistent = false;  // RMA, flush: the remote region is persistent
+  bool with_data = false;          // RMA write: with immediate data
+  std::uint64_t data = 0;          // immediate data (wire kinds)
+  wire::Ctl ctl{};                 // control operations
   /// A VISIBILITY flush: completes here, with no message, when it lies in
   /// the range of the latest write the engine accepted (Endpoint::flush).
   bool may_complete_locally = false;

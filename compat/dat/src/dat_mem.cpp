@@ -257,7 +257,9 @@ DAT_RETURN dat_lmr_free(DAT_LMR_HANDLE h) {
   return DAT_SUCCESS;
 }
 
-static DAT_RETURN lmr_sync(DAT_IA_HANDLE iah, const DAT_LMR_TRIPLET* segs, DAT_VLEN n) {
+// `incoming`: dat_lmr_sync_rdma_write (RDMA placed data for the CPU), else
+// dat_lmr_sync_rdma_read (the CPU's writes for RDMA).
+static DAT_RETURN lmr_sync(DAT_IA_HANDLE iah, const DAT_LMR_TRIPLET* segs, DAT_VLEN n, bool incoming) {
   Lock lock(g_mu);
   auto ia = lookup(iah, Kind::ia);
   if (!ia) return err(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_IA);
@@ -275,15 +277,25 @@ static DAT_RETURN lmr_sync(DAT_IA_HANDLE iah, const DAT_LMR_TRIPLET* segs, DAT_V
   // unlike a bare fence.
   static std::atomic<unsigned> barrier{0};
   barrier.fetch_add(0, std::memory_order_seq_cst);
+  // Emulated non-coherent memory (remora-check, docs/check.md): the region
+  // moves data between the CPU's and the device's views of the range.
+  for (DAT_VLEN i = 0; i < n; ++i) {
+    if (segs[i].segment_length == 0) continue;
+    auto l = lmr_by_context(segs[i].lmr_context);
+    const auto off =
+        static_cast<std::size_t>(segs[i].virtual_address - reinterpret_cast<std::uintptr_t>(l->mr.address()));
+    (void)(incoming ? l->mr.sync_rdma_write(off, segs[i].segment_length)
+                    : l->mr.sync_rdma_read(off, segs[i].segment_length));
+  }
   return DAT_SUCCESS;
 }
 
 DAT_RETURN dat_lmr_sync_rdma_read(DAT_IA_HANDLE ia, const DAT_LMR_TRIPLET* segs, DAT_VLEN n) {
-  return lmr_sync(ia, segs, n);
+  return lmr_sync(ia, segs, n, false);
 }
 
 DAT_RETURN dat_lmr_sync_rdma_write(DAT_IA_HANDLE ia, const DAT_LMR_TRIPLET* segs, DAT_VLEN n) {
-  return lmr_sync(ia, segs, n);
+  return lmr_sync(ia, segs, n, true);
 }
 
 // ---------------------------------------------------------------- RMR

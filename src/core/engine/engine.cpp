@@ -117,6 +117,7 @@ Result<void> EndpointImpl::post(const Operation& op, std::uint64_t cookie, PostF
   s.with_data = op.with_data;
   s.data = op.data;
   s.ctl = op.ctl;
+  if (ep->zone->check) ep->zone->check->on_post(*ep, s, op);  // remora-check (docs/check.md)
   ep->order.push_back(*idx);
   if (auto r = ep->submit(*idx); !r) return r;
   // Recorded only for a write the engine accepted: a flush may complete
@@ -142,11 +143,13 @@ void EndpointImpl::release_slot(std::uint32_t i) {
   s.posted = false;
   s.finished = false;
   s.msg_seq = 0;
+  if (s.check) s.check.reset();  // remora-check's record, if any
   ++s.generation;
   free_slots.push_back(i);
 }
 
 int EndpointImpl::post_slot(OpSlot& s) {
+  if (s.check) zone->check->on_take(*this, s);
   std::span<const backend::Iov> iov(s.iov, s.iov_count);
   int rc = 0;
   switch (s.kind) {
@@ -217,6 +220,7 @@ void EndpointImpl::report_in_order() {
   while (!order.empty() && slots[order.front()].finished) {
     OpSlot& s = slots[order.front()];
     order.pop_front();
+    if (s.check) zone->check->on_complete(*this, s);
     Completion c = s.done;
     const bool report = c.status || s.signalled;
     release_slot(s.index);
@@ -265,6 +269,7 @@ void EndpointImpl::handle(const backend::CqEntry& e) {
     // Remote write with immediate data at the target.
     if (e.err != 0 || !(e.flags & backend::kCqRemoteData)) return;
     if (wire::kind_of(e.data) != wire::write_imm) return protocol_violation();
+    if (zone->check) zone->check->on_incoming(*this);
     Incoming in;
     in.write_imm = true;
     in.has_imm = true;
@@ -282,6 +287,7 @@ void EndpointImpl::handle(const backend::CqEntry& e) {
     // event: connect_pending receives too.
     auto live = [this] { return state == EndpointState::connected || state == EndpointState::connect_pending; };
     if (e.err != 0 || !live()) return;
+    if (zone->check) zone->check->on_incoming(*this);
     handle_message(*s, e);
     if (live()) repost(*s);
     return;
@@ -405,6 +411,7 @@ void EndpointImpl::close() noexcept {
     closed = true;
   }
   drop_connection();
+  if (zone->check) zone->check->on_endpoint_close(*this);
 }
 
 void EndpointImpl::settle_accept() noexcept {

@@ -48,9 +48,12 @@ Result<void> rma(EndpointImpl* ep, Rma what, std::span<const Segment> segs, cons
     return c.error();
   detail::Operation op{write ? OpSlot::Kind::write : OpSlot::Kind::read, write ? Opcode::write : Opcode::read};
   op.local = &*local;
+  op.segments = segs.data();
   op.length = local->total;
   op.raddr = r.address() + off;
   op.rkey = r.key();
+  op.remote_base = r.address();
+  op.remote_persistent = r.persistent();
   op.with_data = what == Rma::write_imm;
   op.data = op.with_data ? wire::write_imm_data(imm, local->total) : 0;
   return ep->post(op, cookie, flags);
@@ -64,6 +67,7 @@ Result<void> message(EndpointImpl* ep, std::span<const Segment> segs, std::optio
   if (!local) return local.error();
   detail::Operation op{OpSlot::Kind::send, Opcode::send};
   op.local = &*local;
+  op.segments = segs.data();
   op.length = local->total;
   op.data = imm ? wire::data(wire::user_msg_imm, *imm) : wire::data(wire::user_msg);
   return ep->post(op, cookie, flags);
@@ -239,6 +243,8 @@ Result<void> Endpoint::flush(const RemoteRegion& dst, std::uint64_t off, std::ui
   op.length = len;
   op.ctl = wire::make_ctl(wire::op_flush, dst.key(), dst.address() + off, len);
   op.ctl.flush_type = static_cast<std::uint8_t>(type);
+  op.remote_base = dst.address();
+  op.remote_persistent = dst.persistent();
   // Writes complete on delivery: the target has placed (and checked) their
   // data. A VISIBILITY flush inside the range of the latest write posted on
   // this endpoint therefore completes here, with no message, as soon as

@@ -8,11 +8,18 @@ Result<std::vector<FabricInfo>> list_fabrics(const std::string& provider_filter)
 }
 
 Result<Fabric> Fabric::open(const FabricOptions& options) {
+  auto check = detail::check::make(options.check);  // REMORA_CHECK (docs/check.md)
+  if (!check) return check.error();
   auto t = backend::Transport::open(options);
   if (!t) return t.error();
   auto impl = std::make_shared<detail::FabricImpl>();
   impl->transport = std::move(*t);
   impl->options = options;
+  impl->check = std::move(*check);
+  if (impl->check && impl->check->config().noncoherent) {
+    impl->info = impl->transport->info();
+    impl->info->requires_sync = true;  // emulated non-coherent memory
+  }
   return Fabric(std::move(impl));
 }
 
@@ -20,7 +27,8 @@ Fabric::~Fabric() = default;
 
 const FabricInfo& Fabric::info() const noexcept {
   static const FabricInfo empty;
-  return impl_ ? impl_->transport->info() : empty;
+  if (!impl_) return empty;
+  return impl_->info ? *impl_->info : impl_->transport->info();
 }
 
 Result<ProtectionZone> Fabric::create_zone(const ZoneOptions& options) {
@@ -33,6 +41,7 @@ Result<ProtectionZone> Fabric::create_zone(const ZoneOptions& options) {
   zone->domain = std::move(*d);
   zone->id = detail::next_object_id();
   zone->busy_poll = impl_->options.busy_poll;
+  zone->check = impl_->check.get();
   zone->key_mask = options.key_bits == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << options.key_bits) - 1;
   zone->agent = std::make_shared<detail::Agent>(zone.get(), zone->busy_poll);
   if (options.progress_thread) zone->agent->start();

@@ -12,6 +12,7 @@ RegionImpl::~RegionImpl() { close(); }
 
 void RegionImpl::close() noexcept {
   if (closed.exchange(true)) return;
+  if (check) zone->check->on_close(*this);  // remora-check: lost writes, crash image
   if (registered) {
     std::unique_lock<std::shared_mutex> lock(zone->regions_mu);
     zone->regions.erase(key);
@@ -34,6 +35,7 @@ Result<void> RegionImpl::persist(std::uint64_t addr, std::uint64_t len) const {
   if (len == 0) return {};
   if (persist_fn != nullptr) {  // DAX: cache flushes, nothing to fail
     persist_fn(reinterpret_cast<const void*>(addr), len);
+    if (check) zone->check->on_persist(*this, addr, len);
     return {};
   }
   // A shared file mapping the owner made: write back the covering pages.
@@ -44,6 +46,7 @@ Result<void> RegionImpl::persist(std::uint64_t addr, std::uint64_t len) const {
   // succeeds on it; any failure (EIO from the device, ENOMEM for a range no
   // longer mapped) means the data may not be durable.
   if (msync(reinterpret_cast<void*>(start), end - start, MS_SYNC) != 0) return Errc::io_error;
+  if (check) zone->check->on_persist(*this, addr, len);  // remora-check: now durable
   return {};
 }
 
@@ -74,6 +77,20 @@ Result<void> MemoryRegion::persist(std::size_t offset, std::size_t len) const {
   if (!valid()) return Errc::invalid_handle;
   if (offset > impl_->length || len > impl_->length - offset) return Errc::invalid_argument;
   return impl_->persist(reinterpret_cast<std::uint64_t>(impl_->base) + offset, len);
+}
+
+Result<void> MemoryRegion::sync_rdma_write(std::size_t offset, std::size_t len) {
+  if (!valid()) return Errc::invalid_handle;
+  if (offset > impl_->length || len > impl_->length - offset) return Errc::invalid_argument;
+  if (impl_->check) impl_->zone->check->on_sync(*impl_, offset, len, true);
+  return {};
+}
+
+Result<void> MemoryRegion::sync_rdma_read(std::size_t offset, std::size_t len) {
+  if (!valid()) return Errc::invalid_handle;
+  if (offset > impl_->length || len > impl_->length - offset) return Errc::invalid_argument;
+  if (impl_->check) impl_->zone->check->on_sync(*impl_, offset, len, false);
+  return {};
 }
 
 void MemoryRegion::close() noexcept {

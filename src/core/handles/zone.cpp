@@ -81,6 +81,7 @@ Result<MemoryRegion> ProtectionZone::register_memory(void* addr, std::size_t len
   auto r = detail::register_region(impl_, addr, len, access);
   if (!r) return r.error();
   (*r)->persistent = persistent;
+  if (impl_->check) impl_->check->on_register(**r);  // remora-check (docs/check.md)
   return MemoryRegion(std::move(*r));
 }
 
@@ -131,6 +132,7 @@ Result<MemoryRegion> ProtectionZone::map_file(const std::string& path, std::size
   // mapping is written back by RegionImpl::persist's own checked msync.
   if (pmem2_map_get_store_granularity(map) != PMEM2_GRANULARITY_PAGE) (*r)->persist_fn = pmem2_get_persist_fn(map);
   (*r)->fd = fd;
+  if (impl_->check) impl_->check->on_register(**r);
   return MemoryRegion(std::move(*r));
 }
 
