@@ -114,7 +114,7 @@ Result<void> Endpoint::connect(const std::string& host, std::uint16_t port, std:
   if (auto r = impl_->setup_connection(nullptr); !r) return r.error();
   auto r = impl_->conn->connect(host, port, wire::make_hello(impl_->options.max_message, pdata));
   if (!r) {
-    impl_->conn.reset();
+    impl_->abandon_connection();
     return r.error();
   }
   impl_->state = EndpointState::connect_pending;

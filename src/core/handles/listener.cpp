@@ -58,7 +58,7 @@ Result<void> accept_into(detail::ConnRequestImpl* req, Endpoint& ep, std::span<c
   if (auto r = e->setup_connection(req->request); !r) return r.error();
   e->peer_max_message = req->peer_max_message;
   if (auto r = e->conn->accept(detail::wire::make_hello(e->options.max_message, pdata)); !r) {
-    e->conn.reset();
+    e->abandon_connection();
     return r.error();
   }
   e->state = EndpointState::connect_pending;
