@@ -128,8 +128,8 @@ Result<ConnectionEvent> Endpoint::next_event(std::chrono::milliseconds timeout) 
   auto ready = [&] { return !impl_->events.empty(); };
   if (timeout.count() < 0)
     impl_->ev_cv.wait(lock, ready);
-  else if (!impl_->ev_cv.wait_for(lock, timeout, ready))
-    return Errc::timeout;
+  else if (timeout.count() == 0 ? !ready() : !impl_->ev_cv.wait_for(lock, timeout, ready))
+    return Errc::timeout;  // (a zero timeout only looks: a timed wait would still sleep and wake)
   ConnectionEvent ev = std::move(impl_->events.front());
   impl_->events.pop_front();
   if (impl_->events.empty()) impl_->ev_signal.clear();

@@ -119,7 +119,7 @@ Result<ConnectionRequest> Listener::next_request(std::chrono::milliseconds timeo
   auto ready = [&] { return !impl_->requests.empty() || impl_->closed; };
   if (timeout.count() < 0)
     impl_->cv.wait(lock, ready);
-  else if (!impl_->cv.wait_for(lock, timeout, ready))
+  else if (timeout.count() == 0 ? !ready() : !impl_->cv.wait_for(lock, timeout, ready))
     return Errc::timeout;
   if (impl_->closed) return Errc::invalid_handle;
   auto req = std::move(impl_->requests.front());
