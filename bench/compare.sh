@@ -8,7 +8,7 @@
 #
 #   bench/compare.sh [--reps N] [--only CASE[,CASE...]] [--markdown FILE]
 #                    [--plot FILE.svg [--plot-op OP] [--plot-max BYTES] [--plot-duration S]]
-#   (cases: write, wfv_asleep, wfv_busy, read, send; with --plot, --only may
+#   (cases: write, wfv_asleep, wfv_busy, wfv_wait, read, send; with --plot, --only may
 #   name none of them to draw the picture only)
 #
 #   --plot FILE.svg   also sweep every power-of-two size (-a) with both tools,
@@ -180,6 +180,7 @@ CASES=(
     "write|write|1048576|2000||"
     "wfv_asleep|write_flush_visibility|8|10000||"
     "wfv_busy|write_flush_visibility|8|20000|--busy-poll|--busy-poll"
+    "wfv_wait|write_flush_visibility|4096|10000||--wait"
     "read|read|4096|100000||"
     "read|read|65536|20000||"
     "send|send|4096|100000||"
@@ -189,7 +190,7 @@ if [[ -n "$ONLY" ]]; then
     kept=()
     for c in "${CASES[@]}"; do [[ "$ONLY" == *",${c%%|*},"* ]] && kept+=("$c"); done
     ((${#kept[@]})) || [[ -n "$PLOT" ]] ||
-        die "--only matched no case (cases: write, wfv_asleep, wfv_busy, read, send)"
+        die "--only matched no case (cases: write, wfv_asleep, wfv_busy, wfv_wait, read, send)"
     CASES=(${kept[@]+"${kept[@]}"})
 fi
 if [[ -n "$PLOT" ]]; then
@@ -303,6 +304,7 @@ ROWS = [
     ("write", "raw_default", "write (raw: default)", BW),
     ("wfv_asleep", "raw", "write_flush_visibility, target asleep", LAT),
     ("wfv_busy", "raw", "write_flush_visibility, target busy-poll", LAT),
+    ("wfv_wait", "raw", "write_flush_visibility, both asleep, client waits on its fd", LAT),
     ("read", "raw", "read", BW),
     ("send", "raw_delivery", "send (raw: delivery)", BW),
     ("send", "raw_default", "send (raw: default)", BW),

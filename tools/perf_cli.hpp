@@ -119,6 +119,7 @@ struct CommonConfig {
   std::string provider = "tcp";
   std::string address;  ///< local address (empty: see listen_address)
   bool busy_poll = false;
+  bool wait = false;  ///< client: sleep on the completion queue's fd, not busy-poll
   Op op = Op::write;
   bool op_set = false;
   std::vector<std::size_t> sizes;
@@ -198,6 +199,11 @@ constexpr Option<C> provider() {
 template <class C>
 constexpr Option<C> busy_poll(std::string_view help) {
   return {"--busy-poll", "", help, [](C& c, std::string_view) { c.busy_poll = true; }};
+}
+
+template <class C>
+constexpr Option<C> wait(std::string_view help) {
+  return {"--wait", "", help, [](C& c, std::string_view) { c.wait = true; }};
 }
 
 template <class C>

@@ -14,6 +14,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -450,6 +451,14 @@ class Issuer {
 
   unsigned slots() const { return qd_ * static_cast<unsigned>(eps_.size()); }
 
+  /// --wait: with nothing completed, sleep in poll(2) on the queue's fd
+  /// (event-driven, as librpma and DAT programs waiting on a completion
+  /// channel do) instead of polling again at once.
+  void set_wait(bool wait) {
+    wait_fd_ = -1;
+    if (wait) wait_fd_ = cq_->fd();
+  }
+
   /// Runs `iters` operations. With budget_ns non-zero, stops posting once
   /// that much time passed and at least min_done operations completed.
   /// Prints progress lines after `progress_after_ns` (0: never); with
@@ -514,6 +523,12 @@ class Issuer {
                          duration);
           next_report = t + 1'000'000'000;
         }
+      } else if (wait_fd_ >= 0 && posted > done) {
+        pollfd pfd{wait_fd_, POLLIN, 0};
+        if (::poll(&pfd, 1, 100) == 0 && now_ns() - t_last > stall_ns)
+          throw PerfError(std::string(side_) + ": " + std::string(op_name(op_)) + " of " + size_text(size) +
+                          ": no completion for " + std::to_string(stall_ns / 1'000'000'000) + " s (" +
+                          std::to_string(posted - done) + " outstanding, " + states() + ")");
       } else if (++empty_polls % 1024 == 0) {
         const std::uint64_t t = now_ns();
         if (t - t_last > stall_ns)
@@ -572,6 +587,7 @@ class Issuer {
   unsigned qd_ = 1;
   std::vector<Endpoint*> eps_;
   CompletionQueue* cq_ = nullptr;
+  int wait_fd_ = -1;
   MemoryRegion* local_ = nullptr;
   RemoteRegion target_;
   Receiver* rx_ = nullptr;
@@ -754,6 +770,7 @@ class Client {
     for (auto& ep : eps_) ptrs.push_back(&ep);
     if (bidir_send) rx_.setup(zone_, ptrs, rcq_, max_size_, nrecv);
     issuer_.setup(cfg_.op, cfg_.qd, ptrs, cq_, local_mr_, target_, rx_.active() ? &rx_ : nullptr, "client");
+    issuer_.set_wait(cfg_.wait);
   }
 
   Endpoint connect_one(const EndpointOptions& eo, Request req, const std::string& what,

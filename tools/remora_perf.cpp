@@ -7,7 +7,7 @@
 //   remora-perf --server --port P [--provider NAME] [--address A] [--busy-poll] [--size-max BYTES]
 //   remora-perf --client HOST --port P --op OP (--size BYTES[,BYTES...] | -a [--all-max BYTES])
 //               [--qd N] [--iters N | -D SECONDS] [--connections N] [--bidirectional]
-//               [--report_gbits] [--json] [--plot FILE] [--provider NAME] [--address A] [--busy-poll]
+//               [--report_gbits] [--json] [--plot FILE] [--provider NAME] [--address A] [--busy-poll] [--wait]
 //   remora-perf --plot-json FILE[=LABEL][,FILE[=LABEL]...] --plot OUT.svg [--report_gbits]
 //
 // Exit status: 0 success, 1 run-time error, 2 bad command line, 3 watchdog.
@@ -35,7 +35,7 @@ constexpr std::string_view kProgram = "remora-perf";
 
 // ---- the option table ---------------------------------------------------------
 
-constexpr std::array<Option<Config>, 23> kOptions{{
+constexpr std::array<Option<Config>, 24> kOptions{{
     opt::server<Config>(),
     opt::client<Config>(),
     opt::port<Config, true>("TCP port of the server (server: 0 picks a free one)"),
@@ -43,7 +43,9 @@ constexpr std::array<Option<Config>, 23> kOptions{{
                          "the client binds to it (default: the one routing to HOST)"),
     opt::provider<Config>(),
     opt::busy_poll<Config>("target agents spin instead of sleeping (FabricOptions::\n"
-                           "busy_poll); the client always busy-polls its queue"),
+                           "busy_poll); the client busy-polls its queue unless --wait"),
+    opt::wait<Config>("client: sleep on the completion queue's fd (poll(2))\n"
+                      "whenever no completion is ready (event-driven)"),
     {"--size-max", "BYTES", "server: largest buffer a client may ask for (default 1g)",
      [](Config& c, std::string_view v) {
        c.size_max = remora::tools::parse_size("--size-max", v, remora::perf::kMaxSize);
@@ -123,7 +125,7 @@ std::string usage() {
   out += "  remora-perf --client HOST --port P --op OP (--size BYTES[,BYTES...] | -a [--all-max BYTES])\n";
   out += "              [--qd N] [--iters N | -D SECONDS] [--connections N] [--bidirectional]\n";
   out += "              [--report_gbits] [--json] [--plot FILE [--plot-title TEXT]]\n";
-  out += "              [--provider NAME] [--address A] [--busy-poll]\n";
+  out += "              [--provider NAME] [--address A] [--busy-poll] [--wait]\n";
   out += "  remora-perf --plot-json FILE[=LABEL][,FILE[=LABEL]...] --plot OUT.svg\n";
   out += "              [--plot-title TEXT] [--report_gbits]\n\n";
   out +=

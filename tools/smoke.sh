@@ -170,7 +170,7 @@ check_settings() {
 import json, sys
 path, want = sys.argv[1], dict(a.split("=", 1) for a in sys.argv[2:])
 KEYS = ["tool", "engine", "remora_version", "libfabric_version", "host", "cpus", "provider", "server",
-        "port", "address", "op", "sizes", "qd", "run_by", "iters", "duration_s", "completion",
+        "port", "address", "op", "sizes", "qd", "client_wait", "run_by", "iters", "duration_s", "completion",
         "target_mode", "connections", "bidirectional", "bandwidth_unit"]
 lines = [json.loads(l) for l in open(path) if l.startswith("{")]
 if not lines:
@@ -306,6 +306,8 @@ run_pair write_flush_visibility "" -- --op write_flush_visibility --size 8,4096 
 run_pair write_flush_persistent "" -- --op write_flush_persistent --size 8,4096 --iters 100
 run_pair atomic_write "" -- --op atomic_write --size 8 --iters 200
 run_pair wfv_busy_poll "--busy-poll" -- --op write_flush_visibility --size 8 --iters 100
+# an event-driven client: it sleeps on its completion queue's fd
+run_pair wfv_wait "" -- --op write_flush_visibility --size 8,4096 --iters 200 --wait
 
 # ---- perftest habits, JSON settings, the plot ---------------------------------
 
@@ -323,7 +325,8 @@ settings() {
 
 # -a up to 16 KiB (14 sizes), drawn with --plot.
 run_pair all "" -- --op write -a --all-max 16384 --iters 50 --plot "$WORK/all.svg"
-settings all op='"write"' all_sizes=true run_by='"iterations"' iters=50 qd=16 connections=1 \
+settings wfv_wait client_wait='"fd"'
+settings all client_wait='"busy-poll"' op='"write"' all_sizes=true run_by='"iterations"' iters=50 qd=16 connections=1 \
     bidirectional=false completion='"delivery"' target_mode='"asleep"' provider="\"$PROVIDER\""
 if [[ -s "$WORK/all.out" ]]; then
     if why=$(check_svg "$WORK/all.svg" "remora write (delivery)" "$WORK/all.out" 2>&1); then
@@ -398,13 +401,13 @@ print(s.getsockname()[1])')
     done
     rc=0
     timeout "$CLIENT_TIMEOUT" "$RAW" --client 127.0.0.1 --port "$raw_port" --provider "$PROVIDER" --op write \
-        -a --all-max 16k --iters 50 --json </dev/null >"$WORK/raw.out" 2>"$WORK/raw.err" || rc=$?
+        -a --all-max 16k --iters 50 --wait --json </dev/null >"$WORK/raw.out" 2>"$WORK/raw.err" || rc=$?
     src=0
     stop_server || src=$?
     why=""
     if [[ $rc -eq 0 && $src -eq 0 && $(grep -c '^{' "$WORK/raw.out") -eq 14 ]] &&
-        why=$(check_settings "$WORK/raw.out" tool='"remora-bench-raw"' all_sizes=true iters=50 2>&1); then
-        pass "remora-bench-raw -a --json (14 sizes, settings)"
+        why=$(check_settings "$WORK/raw.out" tool='"remora-bench-raw"' all_sizes=true iters=50 client_wait='"fd"' 2>&1); then
+        pass "remora-bench-raw -a --wait --json (14 sizes, settings)"
     else
         fail "remora-bench-raw -a: client exit $rc, server exit $src $why"
         cat "$WORK/raw.out" "$WORK/raw.err" "$WORK/raw.server.log" >&2

@@ -84,7 +84,7 @@ class Client {
     check(fi_domain(fabric_.get(), info_.get(), &domain, nullptr), "fi_domain");
     domain_.reset(domain);
     eq_ = open_eq(fabric_.get());
-    cq_ = open_cq(domain_.get(), std::max<std::size_t>(cfg_.qd, 64) + 64, false);
+    cq_ = open_cq(domain_.get(), std::max<std::size_t>(cfg_.qd, 64) + 64, cfg_.wait);
 
     local_ = allocate_buffer(max_size_);
     local_mr_ =
@@ -198,7 +198,9 @@ class Client {
         free_slots.pop_back();
         ++posted;
       }
-      const ssize_t n = fi_cq_read(cq_.get(), entries, kBatch);
+      ssize_t n = fi_cq_read(cq_.get(), entries, kBatch);
+      // --wait: nothing ready, so sleep on the queue's fd (100 ms slices).
+      if (n == -FI_EAGAIN && cfg_.wait && posted > done) n = fi_cq_sread(cq_.get(), entries, kBatch, nullptr, 100);
       if (n > 0) {
         const std::uint64_t t = now_ns();
         for (ssize_t i = 0; i < n; ++i) {

@@ -11,14 +11,16 @@ namespace {
 using remora::tools::Option;
 namespace opt = remora::perf::options;
 
-constexpr std::array<Option<Config>, 17> kOptions{{
+constexpr std::array<Option<Config>, 18> kOptions{{
     opt::server<Config>(),
     opt::client<Config>(),
     opt::port<Config, false>("TCP port of the server (both sides)"),
     opt::address<Config>("server: address to listen on (default 0.0.0.0)"),
     opt::provider<Config>(),
     opt::busy_poll<Config>("server: busy-poll fi_cq_read, not asleep in fi_cq_sread\n"
-                           "(the client always busy-polls)"),
+                           "(the client busy-polls unless --wait)"),
+    opt::wait<Config>("client: sleep in fi_cq_sread on an FI_WAIT_FD queue\n"
+                      "whenever no completion is ready (event-driven)"),
     opt::op<Config>(),
     opt::sizes<Config>("message sizes, run in sequence on one connection"),
     opt::all<Config>(),
@@ -59,7 +61,8 @@ std::string usage_text(std::string_view program) {
   out.append("  ").append(program).append(
       " --client HOST --port P --op OP (--size BYTES[,BYTES...] | -a [--all-max BYTES])\n");
   out.append("  ").append(indent).append(" [--qd N] [--iters N | -D SECONDS] [--report_gbits] [--json]\n");
-  out.append("  ").append(indent).append(" [--provider NAME] [--busy-poll] [--completion default|delivery]\n\n");
+  out.append("  ").append(indent).append(
+      " [--provider NAME] [--busy-poll] [--wait] [--completion default|delivery]\n\n");
   out +=
       "Raw libfabric baseline for remora-perf (engine \"raw-libfabric\"): the same command line,\n"
       "table and JSON (results and \"settings\"), one connection, no --bidirectional.\n\n"

@@ -33,11 +33,21 @@ class CompletionQueue {
   /// Like poll() but waits up to `timeout` for at least one completion.
   /// Errors: Errc::timeout. A negative timeout waits forever.
   Result<std::size_t> wait(std::span<Completion> out, std::chrono::milliseconds timeout);
-  /// A file descriptor that is readable while completions are queued, for
-  /// epoll/poll. Owned by the queue.
+  /// A file descriptor for epoll/poll, owned by the queue: readable while
+  /// completions are queued, and also when the transport of a connection
+  /// feeding the queue has something for it, so that a thread sleeping on
+  /// it wakes at once and makes the progress itself (poll(), progress()).
+  /// A wake-up may therefore find nothing to take (poll() returns 0):
+  /// sleep again. -1 if no descriptor could be made.
   int fd() const noexcept;
   /// Completions waiting to be taken.
   std::size_t size() const noexcept;
+  /// Like size(), but when nothing is queued, first drives the progress of
+  /// the attached endpoints on the calling thread (as poll() does) without
+  /// taking anything, and when still nothing, prepares fd() for a sleep
+  /// (the transports' wait descriptors are re-armed): what a thread woken
+  /// by fd() calls before deciding to sleep again.
+  std::size_t progress();
 
   const std::shared_ptr<detail::CqImpl>& impl() const noexcept { return impl_; }
 

@@ -145,6 +145,7 @@ struct RegionImpl : std::enable_shared_from_this<RegionImpl> {
 };
 
 struct CqImpl {
+  ~CqImpl();
   std::shared_ptr<ZoneImpl> zone;
   std::mutex mu;
   std::condition_variable cv;
@@ -154,17 +155,36 @@ struct CqImpl {
   std::mutex sources_mu;
   std::vector<std::weak_ptr<EndpointImpl>> sources;
 
+  // The descriptor a waiter sleeps on (CompletionQueue::fd(), wait()): an
+  // epoll set of the queue's eventfd and the transport wait fds of the
+  // connections feeding it, so that a sleeping user wakes when its
+  // transport has something (and drives progress itself) rather than only
+  // after the zone's agent woke, handled it and raised the eventfd: one
+  // wake-up instead of two. Made on first use.
+  Mutex watch_mu;
+  int epfd REMORA_GUARDED_BY(watch_mu) = -1;
+  std::vector<int> transport_fds REMORA_GUARDED_BY(watch_mu);  // one entry per feeding connection
+  /// A connection feeding this queue: its transport fd joins the set.
+  void watch(int fd);
+  /// The connection is going away: its fd leaves the set.
+  void unwatch(int fd);
+  /// The epoll set, made now if needed (-1 if it cannot be).
+  int wait_fd();
+
   // Until this steady-clock time (ns) a user thread polling this queue
   // drives the progress of its endpoints; the agent stands back.
   std::atomic<std::int64_t> user_until{0};
 
   void push(Completion c);
   std::size_t take(std::span<Completion> out);
-  /// Progress the endpoints feeding this queue on the calling thread;
   /// Progress the endpoints feeding this queue on the calling thread.
   void drive();
-  /// A user thread is polling: leave the endpoints to it for a short while
-  /// (not when the queue's fd is in use: event-driven users sleep on it).
+  /// Before a thread sleeps on wait_fd(): ready_to_sleep() of every
+  /// endpoint feeding the queue (false: something is pending, do not sleep).
+  bool arm();
+  /// A user thread is polling, or about to sleep on wait_fd() (which wakes
+  /// it for the endpoints' transports): leave the endpoints to it for a
+  /// short while.
   void claim();
   bool claimed(std::int64_t now) const noexcept { return user_until.load(std::memory_order_relaxed) > now; }
 };
@@ -357,6 +377,9 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// The peer sent something the protocol does not allow: end the connection.
   void protocol_violation() REMORA_REQUIRES(mu);
   void deliver(Incoming in) REMORA_REQUIRES(mu);
+  /// A message from the peer, still in the connection's receive buffer:
+  /// copied once, into the oldest posted receive if there is one (else kept).
+  void deliver_message(std::span<const std::uint8_t> bytes, bool has_imm, std::uint32_t imm) REMORA_REQUIRES(mu);
   void flush_replies() REMORA_REQUIRES(mu);
   /// A reply decided off the agent thread (a write-back's outcome): queued
   /// and sent if the connection is still there.
@@ -374,9 +397,19 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// Handle every completion the transport already has.
   void drain() REMORA_REQUIRES(mu);
   void repost(OpSlot& rxs) REMORA_REQUIRES(mu);
+  /// The connection's transport fd joins (on) or leaves the epoll sets of
+  /// the endpoint's completion queues (CqImpl::watch).
+  void watch_queues(int fd, bool on);
+  /// Connecting or accepting failed right after setup_connection: the
+  /// connection is dropped, and the agent and the queues forget its fd.
+  void abandon_connection() REMORA_REQUIRES(mu);
 
   // Thread-safe entry points.
   int progress() REMORA_EXCLUDES(mu);  // returns completions handled
+  /// Before a thread sleeps on this endpoint's transport fd: true when the
+  /// transport confirms nothing is pending (its try-wait, which also
+  /// re-arms the fd) and no acknowledgement or reply waits to be sent.
+  bool ready_to_sleep() REMORA_EXCLUDES(mu);
   void on_cm_event(backend::CmEvent& ev) REMORA_EXCLUDES(mu);
   void push_event(ConnectionEvent ev);
   void drop_connection() noexcept REMORA_EXCLUDES(mu);

@@ -1,7 +1,9 @@
 // Endpoint: the synchronous checks (docs/design.md, "Checks at post time"),
 // each on an otherwise valid operation of a connected pair, and what must not
 // happen when a check fails (no completion, no target change, still connected).
+#include <fstream>
 #include <limits>
+#include <string>
 #include <thread>
 
 #include "unit_support.hpp"
@@ -622,6 +624,39 @@ TEST(EndpointCreate, ChecksOptionsQueuesAndIds) {
     EXPECT_OK(a.disconnect()) << "disconnect is safe in any state";
     EXPECT_GE(a.event_fd(), 0);
   }
+}
+
+namespace {
+// This thread's voluntary context switches so far (each time it slept).
+long voluntary_switches() {
+  std::ifstream f("/proc/thread-self/status");
+  std::string key;
+  long value = -1;
+  while (f >> key) {
+    if (key == "voluntary_ctxt_switches:") {
+      f >> value;
+      break;
+    }
+  }
+  return value;
+}
+}  // namespace
+
+TEST(Events, ZeroTimeoutLooksWithoutSleeping) {
+  // next_event(0ms) and next_request(0ms) are what a polling loop calls:
+  // a timed wait on an already expired deadline still put the thread to
+  // sleep and woke it (about 80 us per call here). Counted in voluntary
+  // context switches, not in time.
+  Pair p;
+  ASSERT_GE(voluntary_switches(), 0) << "no /proc/thread-self/status";
+  constexpr int kCalls = 200;
+  const long before = voluntary_switches();
+  for (int i = 0; i < kCalls; ++i) {
+    EXPECT_ERR(p.iep.next_event(0ms), Errc::timeout);
+    EXPECT_ERR(p.lis.next_request(0ms), Errc::timeout);
+  }
+  const long slept = voluntary_switches() - before;
+  EXPECT_LT(slept, kCalls / 4) << "the thread slept " << slept << " times in " << 2 * kCalls << " zero-timeout calls";
 }
 
 }  // namespace

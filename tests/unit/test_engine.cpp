@@ -710,4 +710,35 @@ TEST_F(Engine, BadInputToTheInMemoryTransportAndManualProgress) {
   EXPECT_EQ(w.net->held(), 0u);
 }
 
+TEST_F(Engine, QueueFdWakesForTheTransportAndProgressMakesTheCompletion) {
+  // A thread sleeping on CompletionQueue::fd() wakes when a connection's
+  // transport has something, with no agent in between (these zones have
+  // none), and progress() makes the completion on that thread.
+  World w;
+  const int fd = w.icq.fd();
+  ASSERT_GE(fd, 0);
+  pollfd p{fd, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 0), 0) << "readable with nothing to do";
+  w.net->hold(true);
+  std::memset(w.local_mem.data(), 0x3C, 8);
+  Segment s(w.lmr, 0, 8);
+  ASSERT_OK(w.iep.write({&s, 1}, w.rr, 0, 7));
+  EXPECT_EQ(w.icq.progress(), 0u);
+  EXPECT_EQ(::poll(&p, 1, 0), 0) << "readable while the write is still in flight";
+  ASSERT_EQ(w.net->deliver(), 1u);  // the write lands; its completion waits in the transport
+  EXPECT_EQ(w.icq.size(), 0u);
+  EXPECT_EQ(::poll(&p, 1, 0), 1) << "the transport has a completion for the queue, its fd is not readable";
+  EXPECT_EQ(w.icq.progress(), 1u);
+  Completion c[2];
+  ASSERT_EQ(w.icq.poll(c), 1u);
+  EXPECT_EQ(c[0].cookie, 7u);
+  EXPECT_FALSE(c[0].status);
+  EXPECT_EQ(w.target_mem[0], 0x3C);
+  // Taken: the descriptor is quiet again; a closed endpoint leaves the set.
+  EXPECT_EQ(::poll(&p, 1, 0), 0);
+  w.iep.close();
+  w.settle();
+  EXPECT_EQ(w.icq.progress(), 0u);
+}
+
 }  // namespace

@@ -253,7 +253,13 @@ void collect(Evd& e) {
 std::vector<pollfd> wait_fds(Evd& e) {
   std::vector<pollfd> fds;
   fds.push_back({e.efd, POLLIN, 0});
-  for (auto& [zid, cq] : e.cqs) fds.push_back({cq->fd(), POLLIN, 0});
+  for (auto& [zid, cq] : e.cqs) {
+    // progress() re-arms the queue's descriptor for the sleep (it also
+    // wakes for its connections' transport work); a completion it makes
+    // leaves the descriptor readable, so the sleep returns at once.
+    (void)cq->progress();
+    fds.push_back({cq->fd(), POLLIN, 0});
+  }
   for (auto& w : e.conn_eps)
     if (auto ep = w.lock(); ep && ep->rep.valid()) fds.push_back({ep->rep.event_fd(), POLLIN, 0});
   for (auto& w : e.sps)

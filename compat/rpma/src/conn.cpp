@@ -393,12 +393,12 @@ int rpma_conn_wait(struct rpma_conn* conn, int flags, struct rpma_cq** cq, bool*
   if (!conn->shared) return RPMA_E_NOT_SHARED_CHNL;
   const bool nonblocking = is_nonblocking(conn->compl_fd);
   for (;;) {
-    if (conn->cq->cq.size() > 0) {
+    if (conn->cq->cq.progress() > 0) {
       *cq = conn->cq;
       if (is_rcq) *is_rcq = false;
       return 0;
     }
-    if (conn->rcq && conn->rcq->cq.size() > 0) {
+    if (conn->rcq && conn->rcq->cq.progress() > 0) {
       *cq = conn->rcq;
       if (is_rcq) *is_rcq = true;
       return 0;
@@ -617,7 +617,9 @@ int rpma_cq_wait(struct rpma_cq* cq) {
   if (cq->shared) return RPMA_E_SHARED_CHANNEL;
   const bool nonblocking = is_nonblocking(cq->watch_fd);
   for (;;) {
-    if (cq->cq.size() > 0) return 0;
+    // progress(): the descriptor also wakes when a connection's transport
+    // has something; the completion it carries is made here, on this thread.
+    if (cq->cq.progress() > 0) return 0;
     if (nonblocking) return RPMA_E_NO_COMPLETION;
     wait_readable(cq->watch_fd, 50);
   }

@@ -387,11 +387,7 @@ void Agent::run() {
       can_sleep = zone_->domain->cm_try_wait();
     }
     for (auto& ep : eps) {
-      MutexLock lock(ep->mu);
-      std::shared_lock<std::shared_mutex> transport(zone_->transport_mu);
-      // An acknowledgement or reply the transport could not take yet is
-      // retried on the next turn rather than after a sleep.
-      if (ep->conn && (!ep->conn->try_wait() || ep->msgs_acked != ep->msgs_handled || !ep->pending_replies.empty())) {
+      if (!ep->ready_to_sleep()) {
         can_sleep = false;
         hot.push_back(ep.get());
       }

@@ -67,7 +67,23 @@ Result<void> EndpointImpl::setup_connection(const std::shared_ptr<void>& request
     zone->cm_endpoints[conn->cm_id()] = weak_from_this();
   }
   zone->agent->add(shared_from_this(), conn->wait_fd());
+  watch_queues(conn->wait_fd(), true);
   return {};
+}
+
+void EndpointImpl::watch_queues(int fd, bool on) {
+  for (CqImpl* cq : {send_cq.get(), recv_cq.get()}) {
+    if (on)
+      cq->watch(fd);
+    else
+      cq->unwatch(fd);
+  }
+}
+
+void EndpointImpl::abandon_connection() {
+  zone->agent->remove(this, conn->wait_fd());
+  watch_queues(conn->wait_fd(), false);
+  conn.reset();
 }
 
 void EndpointImpl::repost(OpSlot& s) {
@@ -335,6 +351,15 @@ int EndpointImpl::progress() {
   return total;
 }
 
+bool EndpointImpl::ready_to_sleep() {
+  MutexLock lock(mu);
+  if (!conn) return true;
+  std::shared_lock<std::shared_mutex> transport(zone->transport_mu);
+  // An acknowledgement or reply the transport could not take yet is
+  // retried rather than left until after a sleep.
+  return conn->try_wait() && msgs_acked == msgs_handled && pending_replies.empty();
+}
+
 void EndpointImpl::push_event(ConnectionEvent ev) {
   {
     std::lock_guard<std::mutex> lock(ev_mu);
@@ -441,6 +466,7 @@ void EndpointImpl::drop_connection() noexcept {
   }
   if (c) {
     zone->agent->remove(this, c->wait_fd());
+    watch_queues(c->wait_fd(), false);
     {
       MutexLock lock(zone->cm_mu);
       zone->cm_endpoints.erase(c->cm_id());

@@ -1,4 +1,8 @@
 // CompletionQueue: a software queue fed by the endpoints that use it.
+#include <poll.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "core/impl.hpp"
@@ -31,25 +35,96 @@ std::size_t CqImpl::take(std::span<Completion> out) {
 }
 
 void CqImpl::claim() {
-  if (fd_in_use.load(std::memory_order_relaxed)) return;
   const auto now = std::chrono::steady_clock::now().time_since_epoch();
   user_until.store((now + std::chrono::nanoseconds(kUserDriveWindow)).count(), std::memory_order_relaxed);
 }
 
-void CqImpl::drive() {
-  // Called on every empty poll of a spinning user: reuse the thread's list
-  // instead of allocating one each time, and empty it before returning so
-  // it keeps no endpoint alive.
+CqImpl::~CqImpl() {
+  MutexLock lock(watch_mu);
+  if (epfd >= 0) ::close(epfd);
+}
+
+namespace {
+void epoll_add(int epfd, int fd) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  (void)epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+}  // namespace
+
+void CqImpl::watch(int fd) {
+  if (fd < 0) return;  // a busy-polling zone: nothing to sleep on
+  MutexLock lock(watch_mu);
+  // The send and receive queue of a connection may be this one queue.
+  const bool present = std::find(transport_fds.begin(), transport_fds.end(), fd) != transport_fds.end();
+  transport_fds.push_back(fd);
+  if (epfd >= 0 && !present) epoll_add(epfd, fd);
+}
+
+void CqImpl::unwatch(int fd) {
+  if (fd < 0) return;
+  MutexLock lock(watch_mu);
+  auto it = std::find(transport_fds.begin(), transport_fds.end(), fd);
+  if (it == transport_fds.end()) return;
+  transport_fds.erase(it);
+  const bool still = std::find(transport_fds.begin(), transport_fds.end(), fd) != transport_fds.end();
+  if (epfd >= 0 && !still) (void)epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+}
+
+int CqImpl::wait_fd() {
+  {
+    // From now on the eventfd follows the queue (push raises it).
+    std::lock_guard<std::mutex> lock(mu);
+    if (!fd_in_use) {
+      fd_in_use = true;
+      if (!queue.empty()) signal.raise();
+    }
+  }
+  MutexLock lock(watch_mu);
+  if (epfd >= 0) return epfd;
+  const int ev = signal.fd();
+  if (ev < 0) return -1;
+  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  if (ep < 0) return -1;
+  epoll_add(ep, ev);
+  std::vector<int> added;
+  for (int fd : transport_fds) {
+    if (std::find(added.begin(), added.end(), fd) != added.end()) continue;
+    epoll_add(ep, fd);
+    added.push_back(fd);
+  }
+  epfd = ep;
+  return epfd;
+}
+
+namespace {
+// The endpoints feeding `cq`, in the calling thread's reused list (called on
+// every empty poll of a spinning user: no allocation each time). The caller
+// empties it before returning so it keeps no endpoint alive.
+std::vector<std::shared_ptr<EndpointImpl>>& live_sources(CqImpl& cq) {
   thread_local std::vector<std::shared_ptr<EndpointImpl>> eps;
   eps.clear();
-  {
-    std::lock_guard<std::mutex> lock(sources_mu);
-    std::erase_if(sources, [](const auto& w) { return w.expired(); });
-    for (auto& w : sources)
-      if (auto p = w.lock()) eps.push_back(std::move(p));
-  }
+  std::lock_guard<std::mutex> lock(cq.sources_mu);
+  std::erase_if(cq.sources, [](const auto& w) { return w.expired(); });
+  for (auto& w : cq.sources)
+    if (auto p = w.lock()) eps.push_back(std::move(p));
+  return eps;
+}
+}  // namespace
+
+void CqImpl::drive() {
+  auto& eps = live_sources(*this);
   for (auto& ep : eps) ep->progress();
   eps.clear();
+}
+
+bool CqImpl::arm() {
+  auto& eps = live_sources(*this);
+  bool ok = true;
+  for (auto& ep : eps) ok = ep->ready_to_sleep() && ok;
+  eps.clear();
+  return ok;
 }
 
 }  // namespace detail
@@ -67,34 +142,55 @@ Result<std::size_t> CompletionQueue::wait(std::span<Completion> out, std::chrono
   if (!impl_) return Errc::invalid_handle;
   if (out.empty()) return Errc::invalid_argument;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // A waiter drives its queue's endpoints itself, spinning in a busy-polling
+  // zone, else asleep on the wait descriptor, which wakes it for their
+  // transports' work: the agent stands back meanwhile. Only without a
+  // descriptor (none could be made) does it leave progress to the agent.
+  const int fd = impl_->zone->busy_poll ? -1 : impl_->wait_fd();
+  const bool drives = impl_->zone->busy_poll || fd >= 0;
   for (;;) {
-    // A sleeping waiter leaves progress to the agent; a busy one drives it.
-    if (impl_->zone->busy_poll) impl_->claim();
+    if (drives) impl_->claim();
     if (std::size_t n = impl_->take(out); n > 0) return n;
     impl_->drive();
     if (std::size_t n = impl_->take(out); n > 0) return n;
     auto now = std::chrono::steady_clock::now();
     if (timeout.count() >= 0 && now >= deadline) return Errc::timeout;
     if (impl_->zone->busy_poll) continue;
-    // The agent makes progress meanwhile and notifies; the slice bounds the
-    // time a missed notification could cost.
-    std::unique_lock<std::mutex> lock(impl_->mu);
+    // Sleep until a completion is queued or a connection's transport has
+    // something, then drive progress here (the agent may have handled it
+    // meanwhile: then the completion is simply there). The slice bounds
+    // what a missed wake-up could cost.
     auto until = std::min(deadline, now + std::chrono::milliseconds(20));
     if (timeout.count() < 0) until = now + std::chrono::milliseconds(20);
-    impl_->cv.wait_until(lock, until, [&] { return !impl_->queue.empty(); });
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - now).count();
+    if (fd >= 0) {
+      if (!impl_->arm()) continue;  // something is pending: drive again
+      pollfd p{fd, POLLIN, 0};
+      (void)::poll(&p, 1, static_cast<int>(left));
+    } else {  // no descriptor (out of fds): the agent notifies
+      std::unique_lock<std::mutex> lock(impl_->mu);
+      impl_->cv.wait_until(lock, until, [&] { return !impl_->queue.empty(); });
+    }
   }
 }
 
 int CompletionQueue::fd() const noexcept {
   if (!impl_) return -1;
-  // The eventfd is kept in step with the queue only once someone asked for
-  // it: a queue that is only polled costs no system call per completion.
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  if (!impl_->fd_in_use) {
-    impl_->fd_in_use = true;
-    if (!impl_->queue.empty()) impl_->signal.raise();
-  }
-  return impl_->signal.fd();
+  // Made on first use: a queue that is only polled costs no system call
+  // per completion.
+  return impl_->wait_fd();
+}
+
+std::size_t CompletionQueue::progress() {
+  if (!impl_) return 0;
+  impl_->claim();  // the caller drives (and sleeps on fd(), which wakes it)
+  if (std::size_t n = size(); n > 0) return n;
+  impl_->drive();
+  if (std::size_t n = size(); n > 0) return n;
+  // Nothing: the caller is about to sleep on fd(). Re-arm the transports'
+  // wait fds; when one says something is pending, drive once more.
+  if (!impl_->arm()) impl_->drive();
+  return size();
 }
 
 std::size_t CompletionQueue::size() const noexcept {

@@ -118,7 +118,7 @@ Result<void> Endpoint::connect(const std::string& host, std::uint16_t port, std:
   if (auto r = impl_->setup_connection(nullptr); !r) return r.error();
   auto r = impl_->conn->connect(host, port, wire::make_hello(impl_->options.max_message, pdata));
   if (!r) {
-    impl_->conn.reset();
+    impl_->abandon_connection();
     return r.error();
   }
   impl_->state = EndpointState::connect_pending;
@@ -132,8 +132,8 @@ Result<ConnectionEvent> Endpoint::next_event(std::chrono::milliseconds timeout) 
   auto ready = [&] { return !impl_->events.empty(); };
   if (timeout.count() < 0)
     impl_->ev_cv.wait(lock, ready);
-  else if (!impl_->ev_cv.wait_for(lock, timeout, ready))
-    return Errc::timeout;
+  else if (timeout.count() == 0 ? !ready() : !impl_->ev_cv.wait_for(lock, timeout, ready))
+    return Errc::timeout;  // (a zero timeout only looks: a timed wait would still sleep and wake)
   ConnectionEvent ev = std::move(impl_->events.front());
   impl_->events.pop_front();
   if (impl_->events.empty()) impl_->ev_signal.clear();

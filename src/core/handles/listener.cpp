@@ -58,7 +58,7 @@ Result<void> accept_into(detail::ConnRequestImpl* req, Endpoint& ep, std::span<c
   if (auto r = e->setup_connection(req->request); !r) return r.error();
   e->peer_max_message = req->peer_max_message;
   if (auto r = e->conn->accept(detail::wire::make_hello(e->options.max_message, pdata)); !r) {
-    e->conn.reset();
+    e->abandon_connection();
     return r.error();
   }
   e->state = EndpointState::connect_pending;
@@ -119,7 +119,7 @@ Result<ConnectionRequest> Listener::next_request(std::chrono::milliseconds timeo
   auto ready = [&] { return !impl_->requests.empty() || impl_->closed; };
   if (timeout.count() < 0)
     impl_->cv.wait(lock, ready);
-  else if (!impl_->cv.wait_for(lock, timeout, ready))
+  else if (timeout.count() == 0 ? !ready() : !impl_->cv.wait_for(lock, timeout, ready))
     return Errc::timeout;
   if (impl_->closed) return Errc::invalid_handle;
   auto req = std::move(impl_->requests.front());

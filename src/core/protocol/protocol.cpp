@@ -17,12 +17,7 @@ void EndpointImpl::handle_message(OpSlot& rxs, const backend::CqEntry& e) {
   switch (wire::kind_of(e.data)) {
     case wire::user_msg:
     case wire::user_msg_imm: {
-      Incoming in;
-      in.has_imm = wire::kind_of(e.data) == wire::user_msg_imm;
-      in.imm = static_cast<std::uint32_t>(e.data);
-      in.length = e.len;
-      in.bytes.assign(bytes, bytes + e.len);
-      deliver(std::move(in));
+      deliver_message({bytes, e.len}, wire::kind_of(e.data) == wire::user_msg_imm, static_cast<std::uint32_t>(e.data));
       ++msgs_handled;
       return;
     }
