@@ -85,7 +85,7 @@ has libremora-dev "^\./usr/include/remora/remora\.hpp$" "^\./$ml/libremora\.so$"
   "^\./$ml/pkgconfig/remora\.pc$" "^\./$ml/cmake/Remora/RemoraConfig\.cmake$" \
   "^\./$ml/cmake/Remora/RemoraConfigVersion\.cmake$" "^\./$ml/cmake/Remora/RemoraTargets\.cmake$" \
   "^\./usr/share/doc/libremora-dev/html/index\.html$" "^\./usr/share/doc/libremora-dev/html/annotated\.html$"
-has remora-tools "^\./usr/bin/remora-perf$" "^\./usr/bin/remora-info$"
+has remora-tools "^\./usr/bin/remora-perf$" "^\./usr/bin/remora-info$" "^\./usr/bin/remora-check$" "^\./usr/share/man/man1/remora-check\.1\.gz$"
 has libremora-rpma0 "^\./$ml/librpma\.so\.0$"
 has libremora-rpma-dev "^\./usr/include/librpma\.h$" "^\./$ml/librpma\.so$" "^\./$ml/pkgconfig/remora-rpma\.pc$" \
   "^\./$ml/cmake/Remora/RemoraRpmaTargets\.cmake$"

@@ -65,6 +65,11 @@ timeout 30 "$prefix/bin/remora-info" >"$tmp/info.txt" 2>&1 || {
   cat "$tmp/info.txt" >&2
   die "installed remora-info"
 }
+# remora-check only sets the checking spec and runs the program: a program
+# that is not a Remora one exits with its own status.
+[ -x "$prefix/bin/remora-check" ] || die "remora-check is not installed"
+"$prefix/bin/remora-check" reuse -- sh -c 'test "$REMORA_CHECK" = reuse' ||
+  die "installed remora-check did not run the program with REMORA_CHECK=reuse"
 # loads PROGRAM LIB: the file the loader picks for LIB, resolved.
 loads() {
   local got
