@@ -182,9 +182,9 @@ struct CqImpl {
   /// Before a thread sleeps on wait_fd(): ready_to_sleep() of every
   /// endpoint feeding the queue (false: something is pending, do not sleep).
   bool arm();
-  /// A user thread is polling, or about to sleep on wait_fd() (which wakes
-  /// it for the endpoints' transports): leave the endpoints to it for a
-  /// short while.
+  /// A user thread is polling: leave the endpoints to it for a short while
+  /// (not when the queue's descriptor is in use: such a user sleeps on it
+  /// between polls, and the agent keeps driving).
   void claim();
   bool claimed(std::int64_t now) const noexcept { return user_until.load(std::memory_order_relaxed) > now; }
 };

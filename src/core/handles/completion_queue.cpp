@@ -35,6 +35,10 @@ std::size_t CqImpl::take(std::span<Completion> out) {
 }
 
 void CqImpl::claim() {
+  // A thread that uses the queue's descriptor sleeps on it between polls;
+  // the agent keeps driving the endpoints meanwhile (it also wakes for
+  // their transports), so nothing waits on a thread that is asleep.
+  if (fd_in_use.load(std::memory_order_relaxed)) return;
   const auto now = std::chrono::steady_clock::now().time_since_epoch();
   user_until.store((now + std::chrono::nanoseconds(kUserDriveWindow)).count(), std::memory_order_relaxed);
 }
@@ -142,14 +146,13 @@ Result<std::size_t> CompletionQueue::wait(std::span<Completion> out, std::chrono
   if (!impl_) return Errc::invalid_handle;
   if (out.empty()) return Errc::invalid_argument;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  // A waiter drives its queue's endpoints itself, spinning in a busy-polling
-  // zone, else asleep on the wait descriptor, which wakes it for their
-  // transports' work: the agent stands back meanwhile. Only without a
-  // descriptor (none could be made) does it leave progress to the agent.
+  // A waiter drives its queue's endpoints itself when it wakes, spinning in
+  // a busy-polling zone (where it claims them from the agent), else asleep
+  // on the wait descriptor, which wakes it for their transports' work; the
+  // agent keeps driving them too.
   const int fd = impl_->zone->busy_poll ? -1 : impl_->wait_fd();
-  const bool drives = impl_->zone->busy_poll || fd >= 0;
   for (;;) {
-    if (drives) impl_->claim();
+    if (impl_->zone->busy_poll) impl_->claim();
     if (std::size_t n = impl_->take(out); n > 0) return n;
     impl_->drive();
     if (std::size_t n = impl_->take(out); n > 0) return n;
@@ -183,7 +186,6 @@ int CompletionQueue::fd() const noexcept {
 
 std::size_t CompletionQueue::progress() {
   if (!impl_) return 0;
-  impl_->claim();  // the caller drives (and sleeps on fd(), which wakes it)
   if (std::size_t n = size(); n > 0) return n;
   impl_->drive();
   if (std::size_t n = size(); n > 0) return n;
