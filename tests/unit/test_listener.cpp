@@ -1,4 +1,9 @@
 // Listener and ConnectionRequest: private data, accept, reject, errors.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <thread>
 
 #include "unit_support.hpp"
@@ -210,11 +215,23 @@ TEST_F(ListenerTest, DroppedRequestIsRejected) {
 }
 
 TEST_F(ListenerTest, NobodyListeningIsUnreachable) {
-  std::uint16_t port;
-  {
-    auto tmp = MUST(sz.listen("127.0.0.1", 0));
-    port = tmp.port();
-  }
+  // A port held by a socket that is bound but never listens: connections to
+  // it are refused, and no test running in parallel can be given it for its
+  // listener (a port freed by closing a listener could, and then this test
+  // connected to that other test's listener).
+  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(holder, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t alen = sizeof a;
+  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::getsockname(holder, reinterpret_cast<sockaddr*>(&a), &alen), 0);
+  const std::uint16_t port = ntohs(a.sin_port);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{holder};
   auto ce = client_ep();
   EXPECT_ERR(ce.connect_and_wait("127.0.0.1", port, {}, kWait), Errc::unreachable);
   EXPECT_NE(ce.state(), EndpointState::connected);
