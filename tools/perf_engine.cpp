@@ -523,13 +523,15 @@ class Issuer {
                          duration);
           next_report = t + 1'000'000'000;
         }
-      } else if (wait_fd_ >= 0 && posted > done) {
-        pollfd pfd{wait_fd_, POLLIN, 0};
-        if (::poll(&pfd, 1, 100) == 0 && now_ns() - t_last > stall_ns)
-          throw PerfError(std::string(side_) + ": " + std::string(op_name(op_)) + " of " + size_text(size) +
-                          ": no completion for " + std::to_string(stall_ns / 1'000'000'000) + " s (" +
-                          std::to_string(posted - done) + " outstanding, " + states() + ")");
-      } else if (++empty_polls % 1024 == 0) {
+      } else {
+        // --wait: sleep on the queue's fd; the checks below then follow
+        // every sleep instead of every 1024th empty poll.
+        const bool slept = wait_fd_ >= 0 && posted > done;
+        if (slept) {
+          pollfd pfd{wait_fd_, POLLIN, 0};
+          (void)::poll(&pfd, 1, 100);
+        }
+        if (!slept && ++empty_polls % 1024 != 0) continue;
         const std::uint64_t t = now_ns();
         if (t - t_last > stall_ns)
           throw PerfError(std::string(side_) + ": " + std::string(op_name(op_)) + " of " + size_text(size) +

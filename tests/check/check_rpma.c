@@ -20,17 +20,6 @@
 static const char record[64] = "librpma-style record: written, then flushed to persistence. ok!!";
 static char source[BIG], target[BIG];
 
-static struct rpma_mr_remote *remote_of(struct rpma_mr_local *mr)
-{
-	size_t ds;
-	unsigned char desc[256];
-	struct rpma_mr_remote *r = NULL;
-	REQUIRE_OK(rpma_mr_get_descriptor_size(mr, &ds));
-	REQUIRE_OK(rpma_mr_get_descriptor(mr, desc));
-	REQUIRE_OK(rpma_mr_remote_from_descriptor(desc, ds, &r));
-	return r;
-}
-
 static void expect_wc(struct rpma_cq *cq, uint64_t id)
 {
 	struct ibv_wc wc;

@@ -114,6 +114,23 @@ TEST_F(MemoryRegionTest, KeysOfOtherRegistrationsDiffer) {
   }
 }
 
+TEST_F(MemoryRegionTest, SyncChecksItsRangeAndHandle) {
+  // Coherent memory (tcp): the calls succeed over the region and refuse a
+  // range past its end or a closed region, as documented.
+  auto mr = MUST(zone.register_memory(buf.data(), 4096, Access::all));
+  EXPECT_OK(mr.sync_rdma_write(0, 4096));
+  EXPECT_OK(mr.sync_rdma_read(4000, 96));
+  EXPECT_OK(mr.sync_rdma_write(4096, 0));
+  EXPECT_ERR(mr.sync_rdma_write(4000, 97), Errc::invalid_argument);
+  EXPECT_ERR(mr.sync_rdma_read(4097, 0), Errc::invalid_argument);
+  EXPECT_ERR(mr.sync_rdma_write(1, static_cast<std::size_t>(-1)), Errc::invalid_argument);
+  mr.close();
+  EXPECT_ERR(mr.sync_rdma_write(0, 8), Errc::invalid_handle);
+  EXPECT_ERR(mr.sync_rdma_read(0, 8), Errc::invalid_handle);
+  MemoryRegion none;
+  EXPECT_ERR(none.sync_rdma_read(0, 8), Errc::invalid_handle);
+}
+
 TEST_F(MemoryRegionTest, RegisterErrors) {
   {  // RegisterRejectsBadArguments
     EXPECT_ERR(zone.register_memory(nullptr, 4096, Access::all), Errc::invalid_argument);

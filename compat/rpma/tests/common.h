@@ -190,6 +190,19 @@ static inline void pair_close(struct pair *p)
 		(void)rpma_peer_delete(&p->peer);
 }
 
+/* The remote view of a local region, through its descriptor (what a peer
+ * builds from the bytes it was sent). */
+static inline struct rpma_mr_remote *remote_of(struct rpma_mr_local *mr)
+{
+	size_t ds;
+	unsigned char desc[256];
+	struct rpma_mr_remote *r = NULL;
+	REQUIRE_OK(rpma_mr_get_descriptor_size(mr, &ds));
+	REQUIRE_OK(rpma_mr_get_descriptor(mr, desc));
+	REQUIRE_OK(rpma_mr_remote_from_descriptor(desc, ds, &r));
+	return r;
+}
+
 /* Wait for one completion on cq (blocking rpma_cq_wait, then get_wc). */
 static inline int wait_wc(struct rpma_cq *cq, struct ibv_wc *wc)
 {

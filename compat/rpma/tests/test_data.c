@@ -15,17 +15,6 @@ static void post_early_recv(struct rpma_conn_req *req, void *arg)
 	EXPECT_OK(rpma_conn_req_recv(req, inbox_mr, 0, 64, (void *)0x51));
 }
 
-static struct rpma_mr_remote *remote_of(struct rpma_mr_local *mr)
-{
-	size_t ds;
-	unsigned char desc[256];
-	struct rpma_mr_remote *r = NULL;
-	REQUIRE_OK(rpma_mr_get_descriptor_size(mr, &ds));
-	REQUIRE_OK(rpma_mr_get_descriptor(mr, desc));
-	REQUIRE_OK(rpma_mr_remote_from_descriptor(desc, ds, &r));
-	return r;
-}
-
 int main(void)
 {
 	check_loaded_library();

@@ -65,7 +65,7 @@ static void set_direct_write_to_pmem(struct rpma_conn *c)
 
 /* The descriptor of `mr` as the client receives it; `add_usage` ORed into
  * the usage byte (offset 20 of librpma's 21-byte encoding) on the way. */
-static struct rpma_mr_remote *remote_of(struct rpma_mr_local *mr, int add_usage)
+static struct rpma_mr_remote *remote_with_usage(struct rpma_mr_local *mr, int add_usage)
 {
 	size_t ds;
 	unsigned char desc[64];
@@ -117,7 +117,7 @@ static void persistent_flush_write_back_fails(struct rpma_peer *peer, struct rpm
 	struct rpma_mr_local *fmr;
 	REQUIRE_OK(rpma_mr_reg(peer, fmem, FILE_SZ, RPMA_MR_USAGE_WRITE_DST | RPMA_MR_USAGE_READ_SRC |
 		RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT, &fmr));
-	struct rpma_mr_remote *rf = remote_of(fmr, 0);
+	struct rpma_mr_remote *rf = remote_with_usage(fmr, 0);
 	int ft = 0;
 	EXPECT_OK(rpma_mr_remote_get_flush_type(rf, &ft));
 	CHECK(ft & RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT);
@@ -174,8 +174,8 @@ static void persistent_flush_to_volatile_region(struct rpma_peer *peer, struct r
 {
 	struct rpma_mr_local *pmr;
 	REQUIRE_OK(rpma_mr_reg(peer, plain, SZ, RPMA_MR_USAGE_WRITE_DST | RPMA_MR_USAGE_FLUSH_TYPE_VISIBILITY, &pmr));
-	struct rpma_mr_remote *honest = remote_of(pmr, 0);
-	struct rpma_mr_remote *forged = remote_of(pmr, RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT);
+	struct rpma_mr_remote *honest = remote_with_usage(pmr, 0);
+	struct rpma_mr_remote *forged = remote_with_usage(pmr, RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT);
 	int ft = 0;
 	EXPECT_OK(rpma_mr_remote_get_flush_type(forged, &ft));
 	CHECK(ft & RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT); /* the claim is what the client sees */
