@@ -430,8 +430,10 @@ class Agent : public std::enable_shared_from_this<Agent> {
   ~Agent();
   void start();
   void stop() noexcept;
-  void add(const std::shared_ptr<EndpointImpl>& ep, int fd);
-  void remove(EndpointImpl* ep, int fd);
+  /// `queue`: the transport queue the connection shares with others (its
+  /// fd is then the queue's, watched once for all of them), or null.
+  void add(const std::shared_ptr<EndpointImpl>& ep, int fd, backend::SharedQueue* queue);
+  void remove(EndpointImpl* ep, int fd, backend::SharedQueue* queue);
   void wake() noexcept;
   /// Have the agent thread look at this endpoint on its next turn (its fd
   /// did not fire: work queued from another thread).
@@ -483,9 +485,19 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::atomic<bool> started_{false};  // start() was called: jobs go to durability_
   struct Watched {
     std::weak_ptr<EndpointImpl> ep;
-    int fd;
+    int fd;      // -1 when the endpoint has no fd of its own (busy polling, or a shared queue)
     bool armed;  // fd in the epoll set with EPOLLIN
+    backend::SharedQueue* queue = nullptr;
   };
+  // Transport queues shared by several connections (backend::SharedQueue):
+  // their fd is in the epoll set once, tagged with the queue's address | 1.
+  struct WatchedQueue {
+    std::size_t endpoints = 0;  // endpoints of this zone on it
+    bool armed = true;
+    bool all_driven = false;  // at the last sweep, users drove every one of its endpoints
+  };
+  std::unordered_map<backend::SharedQueue*, WatchedQueue> queues_ REMORA_GUARDED_BY(mu_);
+  void set_queue_armed(backend::SharedQueue* q, WatchedQueue& wq, bool on) REMORA_REQUIRES(mu_);
   // Keyed by identity (never dereferenced without the weak reference); the
   // epoll set carries the same key, so a wake names the endpoints to look at.
   std::unordered_map<const EndpointImpl*, Watched> endpoints_ REMORA_GUARDED_BY(mu_);

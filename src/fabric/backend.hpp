@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -25,6 +26,10 @@ struct Iov {
 /// embeds it at the start of its own operation contexts.
 struct alignas(16) OpSlotHeader {
   void* transport[8];  // room for a fi_context2
+  // The backend's own: the connection the operation was posted on, so that
+  // a completion read from a queue shared by several connections goes back
+  // to the right one (SharedQueue).
+  void* conn = nullptr;
 };
 
 enum CqFlags : std::uint64_t {
@@ -51,10 +56,39 @@ class MemoryKey {
   virtual std::uint64_t key() const noexcept = 0;
 };
 
-/// One reliable connection with its own completion queue.
+/// A transport completion queue that several connections of one domain
+/// share (the libfabric backend groups connections, see ofi_backend.cpp):
+/// one queue, one wait fd and one set of transport buffers for the group
+/// instead of one each. Reading it makes progress for every connection of
+/// the group; each entry is kept for its own connection, whose poll()
+/// returns it.
+class SharedQueue {
+ public:
+  virtual ~SharedQueue() = default;
+  /// Read what the transport has, keep every entry for its connection, and
+  /// append to `ready` the owner (Connection::set_owner) of each connection
+  /// that now has entries waiting. Returns the entries read, or a negative
+  /// error code.
+  virtual int pump(std::vector<void*>& ready) = 0;
+  /// The group's wait fd (-1 for a queue created without one).
+  virtual int wait_fd() const noexcept = 0;
+  /// True when it is safe to sleep on wait_fd() (nothing pending in the
+  /// transport or kept for any connection of the group).
+  virtual bool try_wait() noexcept = 0;
+};
+
+/// One reliable connection, with its own completion queue or a share of a
+/// SharedQueue.
 class Connection {
  public:
   virtual ~Connection() = default;
+  /// The queue this connection shares with others, or null when it has
+  /// its own. When shared, wait_fd() is the queue's fd (the same for every
+  /// connection of the group).
+  virtual SharedQueue* shared_queue() noexcept { return nullptr; }
+  /// The core's identity for this connection, reported by
+  /// SharedQueue::pump and Domain's ready callback. Set before any post.
+  virtual void set_owner(void* owner) noexcept { (void)owner; }
   virtual Result<void> connect(const std::string& host, std::uint16_t port, std::span<const std::uint8_t> pdata) = 0;
   virtual Result<void> accept(std::span<const std::uint8_t> pdata) = 0;
   virtual void shutdown() noexcept = 0;
@@ -113,6 +147,11 @@ class Domain {
   virtual bool next_cm_event(CmEvent& ev) = 0;
   virtual int cm_wait_fd() const noexcept = 0;
   virtual bool cm_try_wait() noexcept = 0;
+  /// Called, with no lock of the backend held, when a connection's poll()
+  /// read a shared queue and kept entries for *other* connections of the
+  /// group (their owners): someone must progress them. The core sets it
+  /// once, before creating connections.
+  virtual void set_ready_callback(std::function<void(void* owner)> fn) { (void)fn; }
 };
 
 class Transport {

@@ -13,7 +13,10 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -113,33 +116,149 @@ class OfiMemoryKey final : public MemoryKey {
 };
 
 class OfiTransport;
+class OfiConnection;
+
+// How many connections share one libfabric completion queue: 64 unless
+// REMORA_TCP_QUEUE_SHARING says otherwise (1 gives every connection its own
+// queue, as before sharing existed; used by bench/README.md's comparisons).
+std::size_t connections_per_queue() {
+  static const std::size_t n = [] {
+    const char* v = std::getenv("REMORA_TCP_QUEUE_SHARING");
+    if (v == nullptr || *v == '\0') return std::size_t{64};
+    char* end = nullptr;
+    unsigned long x = std::strtoul(v, &end, 10);
+    if (end == v || *end != '\0' || x == 0) return std::size_t{64};
+    return static_cast<std::size_t>(std::min<unsigned long>(x, 1u << 20));
+  }();
+  return n;
+}
+
+std::uint64_t translate(std::uint64_t f) {
+  std::uint64_t o = 0;
+  if (f & FI_SEND) o |= kCqSend;
+  if (f & FI_RECV) o |= kCqRecv;
+  if (f & FI_READ) o |= kCqRead;
+  if (f & FI_WRITE) o |= kCqWrite;
+  if (f & FI_REMOTE_WRITE) o |= kCqRemoteWrite;
+  if (f & FI_REMOTE_CQ_DATA) o |= kCqRemoteData;
+  return o;
+}
+
+// One libfabric completion queue shared by up to `capacity` connections of a
+// domain. The tcp provider gives every queue its own pool of 1,024 transfer
+// entries (about 540 KiB, zeroed on first use) and two wait descriptors, so
+// a queue per connection made an idle connection cost over half a megabyte
+// and four descriptors (bench/README.md, "Scale"). Reading the queue also
+// runs the provider's progress over every connection bound to it (a check of
+// each socket), which is why a queue serves a bounded group rather than the
+// whole domain. Entries are routed to their connection through the
+// OpSlotHeader::conn of their operation context and kept in that
+// connection's inbox until it polls; everything here is under `mu`.
+class OfiQueue final : public SharedQueue {
+ public:
+  OfiQueue(fid_fabric* fabric, std::size_t capacity, bool waitable, const std::function<void(void*)>* notify)
+      : fabric_(fabric), capacity_(capacity), waitable_(waitable), notify_(notify) {}
+  ~OfiQueue() override { close_fid(cq_); }
+
+  Result<void> init(fid_domain* domain) {
+    fi_cq_attr attr{};
+    // Overflow beyond the ring is kept by the provider (util CQ overflow
+    // list), so the ring only needs to absorb a typical burst.
+    attr.size = 1024;
+    attr.format = FI_CQ_FORMAT_DATA;
+    // A queue nobody sleeps on has no wait object: the provider then does
+    // not signal an fd for every completion.
+    attr.wait_obj = waitable_ ? FI_WAIT_FD : FI_WAIT_NONE;
+    if (int rc = fi_cq_open(domain, &attr, &cq_, nullptr); rc) return from_fi(rc);
+    if (waitable_)
+      if (int rc = fi_control(&cq_->fid, FI_GETWAIT, &fd_); rc) return from_fi(rc);
+    return {};
+  }
+
+  int pump(std::vector<void*>& ready) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    // A bounded number of batches: the caller comes back while the queue
+    // still cannot be slept on (try_wait).
+    int total = 0;
+    for (int i = 0; i < 16; ++i) {
+      const int rc = read_locked(nullptr, ready);
+      if (rc < 0) return total > 0 ? total : rc;
+      total += rc;
+      if (rc < 16) break;
+    }
+    return total;
+  }
+  int wait_fd() const noexcept override { return fd_; }
+  bool try_wait() noexcept override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return trywait_locked();
+  }
+
+  bool waitable() const noexcept { return waitable_; }
+  bool full() const noexcept { return members_.size() >= capacity_; }  // under the domain's lock
+  fid_cq* cq() const noexcept { return cq_; }
+  void notify(const std::vector<void*>& owners) const {
+    if (notify_ != nullptr && *notify_)
+      for (void* o : owners) (*notify_)(o);
+  }
+
+  // Membership (the domain assigns connections under its own lock; the
+  // queue's lock orders it against readers).
+  void join(OfiConnection* c) {
+    std::lock_guard<std::mutex> lock(mu_);
+    members_.insert(c);
+  }
+  // The connection's endpoint is closed: nothing more can arrive for it.
+  // What the queue still holds is read now (the other connections' entries
+  // go to them), and the leaving connection's own entries are dropped: their
+  // contexts point into memory its owner is about to reuse.
+  void leave(OfiConnection* c);
+  // poll() of connection `c`: its inbox, refilled from the queue when empty.
+  int poll_for(OfiConnection* c, std::span<CqEntry> out);
+  bool try_wait_for(OfiConnection* c);
+
+ private:
+  bool trywait_locked() noexcept {
+    if (fd_ < 0) return true;  // nothing to sleep on: the caller only times out
+    fid* f = &cq_->fid;
+    return fi_trywait(fabric_, &f, 1) == FI_SUCCESS;
+  }
+  // Read up to one batch and route it. Owners of connections other than
+  // `self` whose inbox was empty are appended to `ready`.
+  int read_locked(OfiConnection* self, std::vector<void*>& ready);
+  void route(const CqEntry& e, void* op_context, OfiConnection* self, std::vector<void*>& ready);
+
+  fid_fabric* fabric_;
+  std::size_t capacity_;
+  bool waitable_;
+  const std::function<void(void*)>* notify_;
+  fid_cq* cq_ = nullptr;
+  int fd_ = -1;
+  std::mutex mu_;
+  std::set<OfiConnection*> members_;  // under mu_ (and, for full(), the domain's lock)
+};
 
 class OfiConnection final : public Connection {
  public:
   static constexpr std::size_t kMaxIov = kMaxSegments;
 
-  explicit OfiConnection(fid_fabric* fabric) : fabric_(fabric) {}
+  OfiConnection(std::shared_ptr<OfiQueue> queue) : queue_(std::move(queue)) {}
   ~OfiConnection() override {
     close_fid(ep_);
-    close_fid(cq_);
+    queue_->leave(this);
   }
 
-  Result<void> init(fid_domain* domain, fid_eq* eq, fi_info* info, std::size_t cq_size, bool waitable) {
-    fi_cq_attr cq_attr{};
-    cq_attr.size = cq_size;
-    cq_attr.format = FI_CQ_FORMAT_DATA;
-    // A queue nobody sleeps on has no wait object: the provider then does
-    // not signal an fd for every completion.
-    cq_attr.wait_obj = waitable ? FI_WAIT_FD : FI_WAIT_NONE;
-    if (int rc = fi_cq_open(domain, &cq_attr, &cq_, nullptr); rc) return from_fi(rc);
+  Result<void> init(fid_domain* domain, fid_eq* eq, fi_info* info) {
     if (int rc = fi_endpoint(domain, info, &ep_, nullptr); rc) return from_fi(rc);
-    if (int rc = fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV); rc) return from_fi(rc);
+    if (int rc = fi_ep_bind(ep_, &queue_->cq()->fid, FI_TRANSMIT | FI_RECV); rc) return from_fi(rc);
     if (int rc = fi_ep_bind(ep_, &eq->fid, 0); rc) return from_fi(rc);
     if (int rc = fi_enable(ep_); rc) return from_fi(rc);
-    if (waitable)
-      if (int rc = fi_control(&cq_->fid, FI_GETWAIT, &wait_fd_); rc) return from_fi(rc);
+    queue_->join(this);
     return {};
   }
+
+  SharedQueue* shared_queue() noexcept override { return queue_.get(); }
+  void set_owner(void* owner) noexcept override { owner_ = owner; }
 
   Result<void> connect(const std::string& host, std::uint16_t port, std::span<const std::uint8_t> pdata) override {
     addrinfo hints{};
@@ -172,7 +291,7 @@ class OfiConnection final : public Connection {
     fi_msg_rma msg{};
   };
 
-  static bool build(RmaMsg& m, std::span<const Iov> iov, std::uint64_t raddr, std::uint64_t key, void* ctx) {
+  bool build(RmaMsg& m, std::span<const Iov> iov, std::uint64_t raddr, std::uint64_t key, OpSlotHeader* ctx) {
     if (iov.size() > kMaxIov) return false;
     std::size_t total = 0;
     for (std::size_t i = 0; i < iov.size(); ++i) {
@@ -187,17 +306,32 @@ class OfiConnection final : public Connection {
     m.msg.rma_iov = &m.r;
     m.msg.rma_iov_count = 1;
     m.msg.context = ctx;
+    if (ctx != nullptr) ctx->conn = this;  // its completion comes back to this connection
     return true;
   }
 
+  // A write with immediate data is a write followed by an empty message
+  // carrying the data. Natively, the data would arrive at the target as a
+  // completion with no operation context (the tcp provider consumes no
+  // receive for it), which a queue shared by several connections cannot
+  // give to the right one; a message lands in one of the connection's own
+  // receives. The connection is ordered (FI_ORDER_SAW), so the target sees
+  // the data before the message. The core treats an empty message of the
+  // write_imm kind exactly as it treats the native event.
   int write(std::span<const Iov> iov, std::uint64_t raddr, std::uint64_t key, bool with_data, std::uint64_t data,
             OpSlotHeader* ctx) override {
+    if (with_data && !flush_notes()) return -FI_EAGAIN;
     RmaMsg m;
     if (!build(m, iov, raddr, key, ctx)) return -FI_EINVAL;
-    m.msg.data = data;
-    std::uint64_t flags = FI_DELIVERY_COMPLETE | FI_COMPLETION;
-    if (with_data) flags |= FI_REMOTE_CQ_DATA;
-    return static_cast<int>(fi_writemsg(ep_, &m.msg, flags));
+    int rc = static_cast<int>(fi_writemsg(ep_, &m.msg, FI_DELIVERY_COMPLETE | FI_COMPLETION));
+    if (rc == 0 && with_data) {
+      // The write is posted: its note must follow it. One the provider
+      // cannot take now is sent before anything else that could overtake
+      // it (flush_notes, called by every later message and by poll()).
+      notes_.push_back(data);
+      (void)flush_notes();
+    }
+    return rc;
   }
 
   int read(std::span<const Iov> iov, std::uint64_t raddr, std::uint64_t key, OpSlotHeader* ctx) override {
@@ -207,6 +341,7 @@ class OfiConnection final : public Connection {
   }
 
   int send(std::span<const Iov> iov, std::uint64_t data, OpSlotHeader* ctx) override {
+    if (!flush_notes()) return -FI_EAGAIN;
     RmaMsg m;  // the local half of it
     if (!build(m, iov, 0, 0, ctx)) return -FI_EINVAL;
     fi_msg msg{};
@@ -221,57 +356,118 @@ class OfiConnection final : public Connection {
   }
 
   int inject(const void* buf, std::size_t len, std::uint64_t data) override {
+    if (!flush_notes()) return -FI_EAGAIN;
     return static_cast<int>(fi_injectdata(ep_, buf, len, data, 0));
   }
 
   int recv(void* buf, std::size_t len, void* desc, OpSlotHeader* ctx) override {
+    ctx->conn = this;
     return static_cast<int>(fi_recv(ep_, buf, len, desc, 0, ctx));
   }
 
   int poll(std::span<CqEntry> out) override {
-    fi_cq_data_entry e[16];
-    std::size_t n = std::min<std::size_t>(out.size(), 16);
-    ssize_t rc = fi_cq_read(cq_, e, n);
-    if (rc == -FI_EAGAIN) return 0;
-    if (rc == -FI_EAVAIL) {
-      fi_cq_err_entry err{};
-      rc = fi_cq_readerr(cq_, &err, 0);
-      if (rc == -FI_EAGAIN) return 0;
-      if (rc < 0) return static_cast<int>(rc);
-      out[0] = CqEntry{err.op_context, translate(err.flags), err.len, err.data, err.err ? err.err : FI_EIO};
-      return 1;
-    }
-    if (rc < 0) return static_cast<int>(rc);
-    for (ssize_t i = 0; i < rc; ++i)
-      out[static_cast<std::size_t>(i)] = CqEntry{e[i].op_context, translate(e[i].flags), e[i].len, e[i].data, 0};
-    return static_cast<int>(rc);
+    (void)flush_notes();
+    return queue_->poll_for(this, out);
   }
 
-  int wait_fd() const noexcept override { return wait_fd_; }
-  bool try_wait() noexcept override {
-    if (wait_fd_ < 0) return true;  // nothing to sleep on: the caller only times out
-    fid* f = &cq_->fid;
-    return fi_trywait(fabric_, &f, 1) == FI_SUCCESS;
-  }
+  int wait_fd() const noexcept override { return queue_->wait_fd(); }
+  bool try_wait() noexcept override { return notes_.empty() && queue_->try_wait_for(this); }
   const void* cm_id() const noexcept override { return &ep_->fid; }
 
+  void* owner() const noexcept { return owner_; }
+  std::deque<CqEntry> inbox;  // under the queue's lock
+
  private:
-  static std::uint64_t translate(std::uint64_t f) {
-    std::uint64_t o = 0;
-    if (f & FI_SEND) o |= kCqSend;
-    if (f & FI_RECV) o |= kCqRecv;
-    if (f & FI_READ) o |= kCqRead;
-    if (f & FI_WRITE) o |= kCqWrite;
-    if (f & FI_REMOTE_WRITE) o |= kCqRemoteWrite;
-    if (f & FI_REMOTE_CQ_DATA) o |= kCqRemoteData;
-    return o;
+  // Send the notes of writes with immediate data that are still owed, in
+  // order. False while one is still owed (the provider's queue is full).
+  bool flush_notes() {
+    while (!notes_.empty()) {
+      static const std::uint8_t nothing = 0;
+      if (fi_injectdata(ep_, &nothing, 0, notes_.front(), 0) != 0) return false;
+      notes_.pop_front();
+    }
+    return true;
   }
 
-  fid_fabric* fabric_;
+  std::shared_ptr<OfiQueue> queue_;
   fid_ep* ep_ = nullptr;
-  fid_cq* cq_ = nullptr;
-  int wait_fd_ = -1;
+  void* owner_ = nullptr;
+  std::deque<std::uint64_t> notes_;  // immediate data of posted writes, not yet sent
 };
+
+void OfiQueue::route(const CqEntry& e, void* op_context, OfiConnection* self, std::vector<void*>& ready) {
+  OfiConnection* c = nullptr;
+  if (op_context != nullptr) {
+    c = static_cast<OfiConnection*>(static_cast<OpSlotHeader*>(op_context)->conn);
+  } else if (members_.size() == 1) {
+    c = *members_.begin();  // an event with no context (remote CQ data): only one connection it can be
+  }
+  // An event no member can claim (a context-less event in a shared group,
+  // which Remora peers never cause) is dropped.
+  if (c == nullptr || members_.count(c) == 0) return;
+  const bool was_empty = c->inbox.empty();
+  c->inbox.push_back(e);
+  if (was_empty && c != self && c->owner() != nullptr) ready.push_back(c->owner());
+}
+
+int OfiQueue::read_locked(OfiConnection* self, std::vector<void*>& ready) {
+  fi_cq_data_entry e[16];
+  ssize_t rc = fi_cq_read(cq_, e, 16);
+  if (rc == -FI_EAGAIN) return 0;
+  if (rc == -FI_EAVAIL) {
+    fi_cq_err_entry err{};
+    rc = fi_cq_readerr(cq_, &err, 0);
+    if (rc == -FI_EAGAIN) return 0;
+    if (rc < 0) return static_cast<int>(rc);
+    route(CqEntry{err.op_context, translate(err.flags), err.len, err.data, err.err ? err.err : FI_EIO}, err.op_context,
+          self, ready);
+    return 1;
+  }
+  if (rc < 0) return static_cast<int>(rc);
+  for (ssize_t i = 0; i < rc; ++i)
+    route(CqEntry{e[i].op_context, translate(e[i].flags), e[i].len, e[i].data, 0}, e[i].op_context, self, ready);
+  return static_cast<int>(rc);
+}
+
+int OfiQueue::poll_for(OfiConnection* c, std::span<CqEntry> out) {
+  std::vector<void*> others;
+  std::size_t n = 0;
+  int err = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (c->inbox.empty()) {
+      const int rc = read_locked(c, others);
+      if (rc < 0) err = rc;
+    }
+    while (n < out.size() && !c->inbox.empty()) {
+      out[n++] = c->inbox.front();
+      c->inbox.pop_front();
+    }
+  }
+  notify(others);
+  if (n == 0 && err < 0) return err;
+  return static_cast<int>(n);
+}
+
+bool OfiQueue::try_wait_for(OfiConnection* c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Entries kept for other connections are theirs to handle (their owners
+  // were told); this connection may sleep when it has none and the
+  // transport confirms nothing is pending.
+  return c->inbox.empty() && trywait_locked();
+}
+
+void OfiQueue::leave(OfiConnection* c) {
+  std::vector<void*> others;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (read_locked(c, others) > 0) {
+    }
+    c->inbox.clear();
+    members_.erase(c);
+  }
+  notify(others);
+}
 
 class OfiPassive final : public PassiveEndpoint {
  public:
@@ -292,6 +488,7 @@ class OfiDomain final : public Domain {
  public:
   OfiDomain(fid_fabric* fabric, fi_info* info) : fabric_(fabric), info_(info) {}
   ~OfiDomain() override {
+    queues_.clear();  // every connection is gone: the queues close before the domain
     close_fid(eq_);
     close_fid(domain_);
   }
@@ -321,11 +518,16 @@ class OfiDomain final : public Domain {
 
   Result<std::unique_ptr<Connection>> create_connection(const std::shared_ptr<void>& request, std::size_t cq_size,
                                                         bool waitable) override {
+    (void)cq_size;  // a shared queue keeps what overflows its ring
     auto* info = request ? static_cast<fi_info*>(request.get()) : info_;
-    auto conn = std::make_unique<OfiConnection>(fabric_);
-    if (auto r = conn->init(domain_, eq_, info, cq_size, waitable); !r) return r.error();
+    auto queue = queue_for(waitable);
+    if (!queue) return queue.error();
+    auto conn = std::make_unique<OfiConnection>(std::move(*queue));
+    if (auto r = conn->init(domain_, eq_, info); !r) return r.error();
     return std::unique_ptr<Connection>(std::move(conn));
   }
+
+  void set_ready_callback(std::function<void(void*)> fn) override { notify_ = std::move(fn); }
 
   Result<std::unique_ptr<PassiveEndpoint>> listen(const std::string& address, std::uint16_t port) override {
     InfoPtr hints(fi_dupinfo(info_));
@@ -402,12 +604,27 @@ class OfiDomain final : public Domain {
   }
 
  private:
+  // A queue with room for one more connection, opened when every queue is
+  // full. A queue stays open (and is reused) until the domain closes.
+  Result<std::shared_ptr<OfiQueue>> queue_for(bool waitable) {
+    std::lock_guard<std::mutex> lock(queues_mu_);
+    for (auto& q : queues_)
+      if (q->waitable() == waitable && !q->full()) return q;
+    auto q = std::make_shared<OfiQueue>(fabric_, connections_per_queue(), waitable, &notify_);
+    if (auto r = q->init(domain_); !r) return r.error();
+    queues_.push_back(q);
+    return q;
+  }
+
   fid_fabric* fabric_;
   fi_info* info_;
   fid_domain* domain_ = nullptr;
   fid_eq* eq_ = nullptr;
   int eq_fd_ = -1;
   std::mutex eq_mu_;
+  std::function<void(void*)> notify_;  // set before the first connection
+  std::mutex queues_mu_;
+  std::vector<std::shared_ptr<OfiQueue>> queues_;
 };
 
 class OfiTransport final : public Transport {

@@ -604,6 +604,7 @@ TEST_F(Engine, MalformedMessagesEndOnlyThatConnection) {
       {"truncated control reply", wire::data(wire::ctl_reply), ctl_bytes(flush, 20)},
       {"empty control request", wire::data(wire::ctl_request), {}},
       {"acknowledgement with a payload", wire::ack_data(0), {1, 2, 3}},
+      {"write-with-immediate note with a payload", wire::write_imm_data(7, 8), {1, 2, 3}},
       {"unknown message kind", std::uint64_t{0x7f} << 56, {9}},
       {"kind zero", 0, {}},
   };
@@ -621,6 +622,33 @@ TEST_F(Engine, MalformedMessagesEndOnlyThatConnection) {
     EXPECT_EQ(ev->kind, CmEvent::shutdown);
     expect_world_still_serves(w);
   }
+}
+
+// The libfabric backend sends a write with immediate data as the write and
+// then an empty message of the write_imm kind (a transport queue shared by
+// several connections cannot place the native event, which has no operation
+// context). The target reports it exactly as the native event: a receive
+// consumed, the immediate and the carried length.
+TEST_F(Engine, WriteWithImmediateNoteAsAMessageConsumesAReceive) {
+  World w;
+  RawSession raw(w, wire::make_hello(4096, {}));
+  raw.accept(w);
+  ASSERT_FALSE(HasFatalFailure());
+  Segment r(w.tmr, 3000, 0);
+  ASSERT_OK(raw.ep.recv({&r, 1}, 9));
+  const std::uint8_t nothing = 0;
+  ASSERT_EQ(raw.peer.conn->inject(&nothing, 0, wire::write_imm_data(0xBEEF, 48)), 0);
+  w.settle();
+  auto got = w.take(w.tcq);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].cookie, 9u);
+  EXPECT_EQ(got[0].op, Opcode::recv_write_imm);
+  EXPECT_FALSE(got[0].status);
+  EXPECT_TRUE(got[0].has_imm);
+  EXPECT_EQ(got[0].imm, 0xBEEFu);
+  EXPECT_EQ(got[0].length, 48u);
+  EXPECT_EQ(raw.ep.state(), EndpointState::connected);
+  expect_world_still_serves(w);
 }
 
 TEST_F(Engine, WriteWithDataOfAnotherKindEndsThatConnection) {

@@ -173,22 +173,66 @@ void Agent::look_at(const EndpointImpl* ep) {
   wake();
 }
 
-void Agent::add(const std::shared_ptr<EndpointImpl>& ep, int fd) {
+namespace {
+std::uint64_t tag_of(const backend::SharedQueue* q) { return reinterpret_cast<std::uintptr_t>(q) | 1u; }
+bool is_queue_tag(std::uint64_t tag) { return tag != kCmTag && (tag & 1u) != 0; }
+}  // namespace
+
+void Agent::add(const std::shared_ptr<EndpointImpl>& ep, int fd, backend::SharedQueue* queue) {
   MutexLock lock(mu_);
-  endpoints_[ep.get()] = Watched{ep, fd, fd >= 0};
-  fresh_.push_back(ep.get());
-  if (fd >= 0) {  // a busy-polling zone's queues have nothing to sleep on
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = tag_of(ep.get());
-    epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
+  if (queue != nullptr) {
+    // The queue's fd serves every connection on it: watched once.
+    WatchedQueue& wq = queues_[queue];
+    const int qfd = queue->wait_fd();
+    if (wq.endpoints++ == 0 && qfd >= 0) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = tag_of(queue);
+      epoll_ctl(epfd_, EPOLL_CTL_ADD, qfd, &ev);
+      wq.armed = true;
+    } else if (!wq.armed && qfd >= 0) {
+      // A new endpoint nobody drives yet: the agent listens again (the next
+      // sweep decides anew).
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = tag_of(queue);
+      epoll_ctl(epfd_, EPOLL_CTL_MOD, qfd, &ev);
+      wq.armed = true;
+    }
+    wq.all_driven = false;
+    endpoints_[ep.get()] = Watched{ep, -1, false, queue};
+  } else {
+    endpoints_[ep.get()] = Watched{ep, fd, fd >= 0, nullptr};
+    if (fd >= 0) {  // a busy-polling zone's queues have nothing to sleep on
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = tag_of(ep.get());
+      epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
+    }
   }
+  fresh_.push_back(ep.get());
   wake();
 }
 
-void Agent::remove(EndpointImpl* ep, int fd) {
+void Agent::set_queue_armed(backend::SharedQueue* q, WatchedQueue& wq, bool on) {
+  wq.armed = on;
+  if (q->wait_fd() < 0) return;
+  epoll_event e{};
+  e.events = on ? static_cast<std::uint32_t>(EPOLLIN) : 0u;
+  e.data.u64 = tag_of(q);
+  epoll_ctl(epfd_, EPOLL_CTL_MOD, q->wait_fd(), &e);
+}
+
+void Agent::remove(EndpointImpl* ep, int fd, backend::SharedQueue* queue) {
   MutexLock lock(mu_);
-  if (fd >= 0) epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+  if (queue != nullptr) {
+    if (auto it = queues_.find(queue); it != queues_.end() && --it->second.endpoints == 0) {
+      if (queue->wait_fd() >= 0) epoll_ctl(epfd_, EPOLL_CTL_DEL, queue->wait_fd(), nullptr);
+      queues_.erase(it);
+    }
+  } else if (fd >= 0) {
+    epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+  }
   // Identity only: locking an endpoint here could make this thread drop its
   // last reference under mu_ (its destructor comes back here).
   endpoints_.erase(ep);
@@ -271,6 +315,11 @@ void Agent::run() {
   // them back once they stop), as a safety net and to follow the users'
   // claims.
   std::vector<const EndpointImpl*> fired, hot, look;
+  // Shared transport queues whose fd woke the agent, or that could not be
+  // slept on after the last turn: read (pumped) at the start of the next.
+  std::vector<backend::SharedQueue*> queues_to_pump, pumped;
+  std::vector<void*> ready;
+  std::unordered_map<backend::SharedQueue*, bool> queue_undriven;  // per sweep
   constexpr auto kSweep = std::chrono::milliseconds(100);
   constexpr auto kSweepDriven = std::chrono::milliseconds(2);
   auto next_sweep = std::chrono::steady_clock::time_point{};
@@ -289,6 +338,7 @@ void Agent::run() {
     e.data.u64 = tag_of(raw);
     epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &e);
   };
+
   while (!stop_) {
     int work = 0;
     // While it keeps polling (busy, or lingering after traffic) the agent
@@ -303,6 +353,26 @@ void Agent::run() {
     const auto now_tp = std::chrono::steady_clock::now();
     if (busy_ || now_tp >= next_sweep) sweep = true;
     eps.clear();
+    // Shared queues first: what they hold goes to its connections, and the
+    // connections that got something are looked at this turn.
+    pumped.clear();
+    if (!queues_to_pump.empty()) {
+      std::sort(queues_to_pump.begin(), queues_to_pump.end());
+      queues_to_pump.erase(std::unique(queues_to_pump.begin(), queues_to_pump.end()), queues_to_pump.end());
+      {
+        MutexLock lock(mu_);
+        for (auto* q : queues_to_pump)
+          if (queues_.count(q) != 0) pumped.push_back(q);
+      }
+      queues_to_pump.clear();
+      // The queues belong to the domain, which outlives this thread.
+      std::shared_lock<std::shared_mutex> transport(zone_->transport_mu);
+      for (auto* q : pumped) {
+        ready.clear();
+        if (q->pump(ready) > 0) ++work;
+        for (void* o : ready) fired.push_back(static_cast<const EndpointImpl*>(o));
+      }
+    }
     // Every endpoint looked at stays referenced until the lock is released:
     // one destroyed under it would deregister itself (remove()) and deadlock.
     {
@@ -319,12 +389,16 @@ void Agent::run() {
           set_armed(w.fd, raw, !driven);
           w.armed = !driven;
         }
+        // A shared queue's fd is left out of the set only while users
+        // drive every endpoint on it (decided at each sweep, below).
+        if (w.queue != nullptr && !driven) queue_undriven[w.queue] = true;
         user_driven |= driven;
         if (!driven) eps.push_back(p);
         held.push_back(std::move(p));
       };
       if (sweep) {
         user_driven = false;
+        queue_undriven.clear();
         for (auto it = endpoints_.begin(); it != endpoints_.end();) {
           if (it->second.ep.expired()) {
             it = endpoints_.erase(it);
@@ -335,6 +409,11 @@ void Agent::run() {
         }
         sweep = false;
         next_sweep = now_tp + (user_driven ? kSweepDriven : kSweep);
+        for (auto& [q, wq] : queues_) {
+          wq.all_driven = queue_undriven.count(q) == 0;
+          if (wq.armed == wq.all_driven) set_queue_armed(q, wq, !wq.all_driven);
+        }
+        queue_undriven.clear();
       } else {
         look.clear();
         look.insert(look.end(), fired.begin(), fired.end());
@@ -347,6 +426,13 @@ void Agent::run() {
         if (user_driven) next_sweep = std::min(next_sweep, now_tp + kSweepDriven);
       }
       fresh_.clear();
+      // An endpoint nobody drives on a queue left out of the set: the agent
+      // listens to that queue again at once.
+      for (auto& [q, undriven] : queue_undriven) {
+        auto it = queues_.find(q);
+        if (undriven && it != queues_.end() && !it->second.armed) set_queue_armed(q, it->second, true);
+      }
+      queue_undriven.clear();
       // The connection-management fd of some providers (tcp) also turns
       // readable with data traffic; while users drive endpoints it would
       // wake the agent for their traffic, so events are then read on the
@@ -368,12 +454,13 @@ void Agent::run() {
       work += n;
       if (n > 0) hot.push_back(ep.get());
     }
-    spinning = !eps.empty();
+    spinning = !eps.empty() || !pumped.empty();
     if (stop_) break;
-    if (!eps.empty() && (busy_ || work > 0 || std::chrono::steady_clock::now() < linger_until)) {
+    if (spinning && (busy_ || work > 0 || std::chrono::steady_clock::now() < linger_until)) {
       hot.clear();
       for (auto& ep : eps) hot.push_back(ep.get());
       eps.clear();
+      queues_to_pump.insert(queues_to_pump.end(), pumped.begin(), pumped.end());
       continue;
     }
     // Sleep only when the transport confirms nothing is pending. (While
@@ -390,6 +477,15 @@ void Agent::run() {
       if (!ep->ready_to_sleep()) {
         can_sleep = false;
         hot.push_back(ep.get());
+      }
+    }
+    if (!pumped.empty()) {
+      std::shared_lock<std::shared_mutex> transport(zone_->transport_mu);
+      for (auto* q : pumped) {
+        if (!q->try_wait()) {
+          can_sleep = false;
+          queues_to_pump.push_back(q);
+        }
       }
     }
     eps.clear();  // never keep an endpoint alive while asleep
@@ -409,7 +505,11 @@ void Agent::run() {
         continue;
       }
       linger_until = std::chrono::steady_clock::now() + kLinger;
-      if (tag != kCmTag) fired.push_back(reinterpret_cast<const EndpointImpl*>(static_cast<std::uintptr_t>(tag)));
+      if (is_queue_tag(tag))
+        queues_to_pump.push_back(
+            reinterpret_cast<backend::SharedQueue*>(static_cast<std::uintptr_t>(tag & ~std::uint64_t{1})));
+      else if (tag != kCmTag)
+        fired.push_back(reinterpret_cast<const EndpointImpl*>(static_cast<std::uintptr_t>(tag)));
     }
   }
 }

@@ -53,6 +53,7 @@ Result<void> EndpointImpl::setup_connection(const std::shared_ptr<void>& request
   msgs_posted = peer_handled = msgs_handled = msgs_acked = 0;
   unacked.clear();
   conn = std::move(*c);
+  conn->set_owner(this);  // identity in the shared queue's ready reports (Agent::look_at)
   for (std::size_t i = 0; i < nrx; ++i) {
     rx[i].kind = OpSlot::Kind::recv_buffer;
     rx[i].iov[0] = backend::Iov{rx_memory.data() + i * buf, buf, rx_key->desc()};
@@ -66,7 +67,7 @@ Result<void> EndpointImpl::setup_connection(const std::shared_ptr<void>& request
     MutexLock lock(zone->cm_mu);
     zone->cm_endpoints[conn->cm_id()] = weak_from_this();
   }
-  zone->agent->add(shared_from_this(), conn->wait_fd());
+  zone->agent->add(shared_from_this(), conn->wait_fd(), conn->shared_queue());
   watch_queues(conn->wait_fd(), true);
   return {};
 }
@@ -81,7 +82,7 @@ void EndpointImpl::watch_queues(int fd, bool on) {
 }
 
 void EndpointImpl::abandon_connection() {
-  zone->agent->remove(this, conn->wait_fd());
+  zone->agent->remove(this, conn->wait_fd(), conn->shared_queue());
   watch_queues(conn->wait_fd(), false);
   conn.reset();
 }
@@ -465,7 +466,7 @@ void EndpointImpl::drop_connection() noexcept {
     peer_max_message = 0;
   }
   if (c) {
-    zone->agent->remove(this, c->wait_fd());
+    zone->agent->remove(this, c->wait_fd(), c->shared_queue());
     watch_queues(c->wait_fd(), false);
     {
       MutexLock lock(zone->cm_mu);

@@ -44,6 +44,11 @@ Result<ProtectionZone> Fabric::create_zone(const ZoneOptions& options) {
   zone->check = impl_->check.get();
   zone->key_mask = options.key_bits == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << options.key_bits) - 1;
   zone->agent = std::make_shared<detail::Agent>(zone.get(), zone->busy_poll);
+  // Entries a connection's poll read from a shared transport queue for
+  // other connections: the agent looks at those (the zone, and so the agent,
+  // outlives every connection of its domain).
+  zone->domain->set_ready_callback(
+      [agent = zone->agent.get()](void* owner) { agent->look_at(static_cast<const detail::EndpointImpl*>(owner)); });
   if (options.progress_thread) zone->agent->start();
   return ProtectionZone(std::move(zone));
 }

@@ -21,6 +21,22 @@ void EndpointImpl::handle_message(OpSlot& rxs, const backend::CqEntry& e) {
       ++msgs_handled;
       return;
     }
+    case wire::write_imm: {
+      // The note of a write with immediate data, sent as an empty message
+      // right behind the write (the libfabric backend does so: a queue
+      // shared by several connections cannot place the native event, which
+      // has no operation context). The write's data was placed before it.
+      if (e.len != 0) return protocol_violation();
+      Incoming in;
+      in.write_imm = true;
+      in.has_imm = true;
+      in.imm = static_cast<std::uint32_t>(e.data);
+      const std::uint64_t carried = wire::write_imm_length(e.data);
+      in.length = carried == wire::kLengthUnknown ? 0 : carried;
+      deliver(std::move(in));
+      ++msgs_handled;
+      return;
+    }
     case wire::msg_ack:
       if (e.len != 0) return protocol_violation();
       handle_ack(wire::ack_count(e.data));

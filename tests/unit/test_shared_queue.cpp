@@ -1,0 +1,175 @@
+// Connections of one zone share the tcp provider's completion queues
+// (src/fabric/ofi_backend.cpp, OfiQueue): what each connection costs, and
+// that every completion still reaches its own connection, also while other
+// connections of the same queue come and go.
+#include <dirent.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "unit_support.hpp"
+
+namespace {
+
+using namespace unit;
+
+// Open descriptors of this process.
+std::size_t open_fds() {
+  std::size_t n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (readdir(d) != nullptr) ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+// kConns connections from one initiator zone into one target zone, every
+// target endpoint on the one target queue `tcq`, every initiator endpoint on
+// `icq`.
+class SharedQueue : public ::testing::Test {
+ protected:
+  static constexpr int kConns = 12;
+  static constexpr std::size_t kChunk = 256;
+
+  void SetUp() override {
+    target_mem.assign(kConns * kChunk, 0);
+    local_mem.assign(kConns * kChunk, 0);
+    fabric = MUST(Fabric::open({}));
+    tz = MUST(fabric.create_zone());
+    iz = MUST(fabric.create_zone());
+    tcq = MUST(tz.create_cq());
+    icq = MUST(iz.create_cq());
+    tmr = MUST(tz.register_memory(target_mem.data(), target_mem.size(), Access::all));
+    lmr = MUST(iz.register_memory(local_mem.data(), local_mem.size(), kLocal));
+    rr = MUST(tmr.remote());
+    lis = MUST(tz.listen("127.0.0.1", 0));
+  }
+
+  void connect_all() {
+    for (int i = 0; i < kConns; ++i) {
+      EndpointOptions o;
+      o.send_cq = &tcq;
+      tep[i] = MUST(tz.create_endpoint(o));
+      o.send_cq = &icq;
+      iep[i] = MUST(iz.create_endpoint(o));
+      MUST(iep[i].connect("127.0.0.1", lis.port()));
+      auto req = MUST(lis.next_request(kWait));
+      MUST(req.accept(tep[i]));
+      ASSERT_EQ(MUST(iep[i].next_event(kWait)).type, ConnectionEventType::established);
+      ASSERT_EQ(MUST(tep[i].next_event(kWait)).type, ConnectionEventType::established);
+    }
+  }
+
+  std::vector<std::uint8_t> target_mem, local_mem;
+  Fabric fabric;
+  ProtectionZone tz, iz;
+  CompletionQueue tcq, icq;
+  MemoryRegion tmr, lmr;
+  RemoteRegion rr;
+  Listener lis;
+  Endpoint tep[kConns], iep[kConns];
+};
+
+// With a completion queue per connection, the tcp provider spent four
+// descriptors on every connection (the socket and the queue's wait objects),
+// eight per connected pair in one process. Shared, a connection costs its
+// socket, and each queue its few wait objects.
+TEST_F(SharedQueue, AConnectionCostsItsSocketNotAQueue) {
+  const std::size_t before = open_fds();
+  connect_all();
+  ASSERT_FALSE(HasFatalFailure());
+  const std::size_t after = open_fds();
+  // Both ends are in this process: 2 sockets per pair, plus a handful for
+  // the two zones' queues.
+  EXPECT_LE(after - before, 2u * kConns + 8u) << "descriptors for " << kConns << " connected pairs";
+}
+
+// Writes with immediate data arrive at the target as the write and a note
+// (an empty message) on the connection: each consumes a receive of its own
+// endpoint and reports that endpoint, however many connections share the
+// target's transport queue.
+TEST_F(SharedQueue, EachWriteWithImmediateReachesItsOwnEndpoint) {
+  connect_all();
+  ASSERT_FALSE(HasFatalFailure());
+  for (int i = 0; i < kConns; ++i) {
+    Segment r(tmr, 0, 0);
+    ASSERT_OK(tep[i].recv({&r, 1}, 1000 + i));
+  }
+  for (int i = 0; i < kConns; ++i) {
+    std::memset(local_mem.data() + i * kChunk, i + 1, kChunk);
+    Segment s(lmr, i * kChunk, kChunk);
+    ASSERT_OK(iep[i].write_imm({&s, 1}, rr, i * kChunk, 0xA000u + static_cast<std::uint32_t>(i), 2000 + i));
+  }
+  auto sent = collect(icq, kConns);
+  ASSERT_EQ(sent.size(), static_cast<std::size_t>(kConns)) << describe(sent);
+  for (const auto& c : sent) EXPECT_FALSE(c.status) << describe(c);
+  auto got = collect(tcq, kConns);
+  ASSERT_EQ(got.size(), static_cast<std::size_t>(kConns)) << describe(got);
+  for (const auto& c : got) {
+    ASSERT_GE(c.cookie, 1000u);
+    const int i = static_cast<int>(c.cookie - 1000);
+    ASSERT_LT(i, kConns);
+    EXPECT_FALSE(c.status) << describe(c);
+    EXPECT_EQ(c.op, Opcode::recv_write_imm);
+    EXPECT_EQ(c.endpoint_id, tep[i].id()) << "receive " << i << " completed on another endpoint";
+    EXPECT_TRUE(c.has_imm);
+    EXPECT_EQ(c.imm, 0xA000u + static_cast<std::uint32_t>(i)) << "the immediate of another connection";
+    EXPECT_EQ(c.length, kChunk);
+    // The data was placed before the note.
+    for (std::size_t b = 0; b < kChunk; ++b)
+      ASSERT_EQ(target_mem[i * kChunk + b], static_cast<std::uint8_t>(i + 1)) << "connection " << i;
+  }
+}
+
+// Closing some connections of a queue (their completions still in it, or
+// arriving while they go) leaves the others' completions to them.
+TEST_F(SharedQueue, ClosingSomeConnectionsLeavesTheOthersServed) {
+  connect_all();
+  ASSERT_FALSE(HasFatalFailure());
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < kConns; ++i) {
+      if (!iep[i].valid()) continue;
+      Segment s(lmr, i * kChunk, kChunk);
+      ASSERT_OK(iep[i].write({&s, 1}, rr, i * kChunk, 100 * round + i));
+      ASSERT_OK(iep[i].flush(rr, i * kChunk, kChunk, FlushType::visibility, 100 * round + 50 + i));
+    }
+    // Every fourth connection goes away on both sides with its operations
+    // in flight: they fail (flushed, or refused by the closing target),
+    // and nothing of theirs reaches another endpoint. The others' complete.
+    std::vector<bool> closing(kConns, false);
+    for (int i = round; i < kConns; i += 4) {
+      closing[i] = true;
+      tep[i].close();
+      iep[i].close();
+    }
+    auto got = drain_for(icq, std::chrono::milliseconds(500));
+    for (const auto& c : got) {
+      const int i = static_cast<int>(c.cookie % 50);
+      ASSERT_LT(i, kConns);
+      if (!closing[i]) {
+        EXPECT_FALSE(c.status) << describe(c);
+        EXPECT_EQ(c.endpoint_id, iep[i].id()) << describe(c);
+      }
+    }
+  }
+  // Those still open complete, each on its own endpoint.
+  int open = 0;
+  for (int i = 0; i < kConns; ++i) {
+    if (!iep[i].valid()) continue;
+    ++open;
+    Segment s(lmr, i * kChunk, kChunk);
+    ASSERT_OK(iep[i].read({&s, 1}, rr, i * kChunk, 9000 + i));
+  }
+  ASSERT_GT(open, 0);
+  auto got = collect(icq, static_cast<std::size_t>(open));
+  ASSERT_EQ(got.size(), static_cast<std::size_t>(open)) << describe(got);
+  for (const auto& c : got) {
+    EXPECT_FALSE(c.status) << describe(c);
+    const int i = static_cast<int>(c.cookie - 9000);
+    ASSERT_TRUE(i >= 0 && i < kConns);
+    EXPECT_EQ(c.endpoint_id, iep[i].id());
+  }
+}
+
+}  // namespace
