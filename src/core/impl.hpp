@@ -15,6 +15,7 @@
 #include <shared_mutex>
 #include <span>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -211,12 +212,25 @@ struct ConnRequestImpl {
   std::uint16_t peer_port = 0;
 };
 
-/// One posted operation. The transport header must come first.
-struct OpSlot {
+/// What every operation context the core hands the transport starts with:
+/// the transport's header (its address is the context) and the kind, which
+/// tells a connection's receive buffer (RxSlot) from an operation (OpSlot).
+struct SlotBase {
   backend::OpSlotHeader hdr;
   // local: a VISIBILITY flush completed here once every earlier operation
   // has completed (see Endpoint::flush).
   enum class Kind : std::uint8_t { free, write, read, send, ctl, local, recv_buffer } kind = Kind::free;
+};
+static_assert(std::is_standard_layout_v<SlotBase>, "a context is read as a SlotBase through its header");
+
+/// One of a connection's receive buffers, posted to the transport. Small:
+/// an idle connection holds max_recv of them.
+struct RxSlot : SlotBase {
+  backend::Iov buf{};
+};
+
+/// One posted operation.
+struct OpSlot : SlotBase {
   std::uint32_t index = 0;
   std::uint32_t generation = 0;
   Completion done;  // cookie/op/length prefilled
@@ -318,12 +332,15 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   Mutex mu;
   std::atomic<EndpointState> state{EndpointState::unconnected};
   std::unique_ptr<backend::Connection> conn REMORA_GUARDED_BY(mu);
-  std::vector<OpSlot> slots REMORA_GUARDED_BY(mu);
+  // Made on first use, up to options.max_outstanding (take_slot): an idle
+  // connection holds none. A deque never moves its elements as it grows, so
+  // the addresses the transport holds as contexts stay valid.
+  std::deque<OpSlot> slots REMORA_GUARDED_BY(mu);
   std::vector<std::uint32_t> free_slots REMORA_GUARDED_BY(mu);
   std::uint32_t in_flight REMORA_GUARDED_BY(mu) = 0;         // posted to the transport, not yet completed
   std::deque<std::uint32_t> deferred REMORA_GUARDED_BY(mu);  // waiting behind a fence
   std::deque<std::uint32_t> order REMORA_GUARDED_BY(mu);     // every slot in use, in posting order
-  std::vector<OpSlot> rx REMORA_GUARDED_BY(mu);              // receive buffers
+  std::vector<RxSlot> rx REMORA_GUARDED_BY(mu);              // receive buffers
   LazyBuffer rx_memory REMORA_GUARDED_BY(mu);
   std::unique_ptr<backend::MemoryKey> rx_key REMORA_GUARDED_BY(mu);
 
@@ -371,7 +388,7 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   void report_in_order() REMORA_REQUIRES(mu);
   void pump_deferred() REMORA_REQUIRES(mu);
   void handle(const backend::CqEntry& e) REMORA_REQUIRES(mu);
-  void handle_message(OpSlot& rxs, const backend::CqEntry& e) REMORA_REQUIRES(mu);
+  void handle_message(RxSlot& rxs, const backend::CqEntry& e) REMORA_REQUIRES(mu);
   void handle_request(const wire::Ctl& req) REMORA_REQUIRES(mu);
   void handle_reply(const wire::Ctl& rep) REMORA_REQUIRES(mu);
   /// The peer sent something the protocol does not allow: end the connection.
@@ -396,7 +413,7 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   void say_goodbye() noexcept REMORA_REQUIRES(mu);
   /// Handle every completion the transport already has.
   void drain() REMORA_REQUIRES(mu);
-  void repost(OpSlot& rxs) REMORA_REQUIRES(mu);
+  void repost(RxSlot& rxs) REMORA_REQUIRES(mu);
   /// The connection's transport fd joins (on) or leaves the epoll sets of
   /// the endpoint's completion queues (CqImpl::watch).
   void watch_queues(int fd, bool on);

@@ -2,6 +2,7 @@
 // transport. No libfabric type appears here; ofi_backend.cpp implements it.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -75,6 +76,30 @@ class SharedQueue {
   /// True when it is safe to sleep on wait_fd() (nothing pending in the
   /// transport or kept for any connection of the group).
   virtual bool try_wait() noexcept = 0;
+};
+
+namespace pass_detail {
+inline thread_local std::uint64_t current = 0;
+inline std::atomic<std::uint64_t> next{1};
+}  // namespace pass_detail
+
+/// A pass of progress over many connections on the calling thread (the
+/// agent's turn, a completion queue's drive). While one is open, a
+/// connection's poll() reads its SharedQueue only if no poll of this pass
+/// has read it yet: the first read keeps every connection's entries, so a
+/// pass over the N connections of a queue reads it once, not N times.
+/// Entries that arrive during the pass wait for the next one.
+class ProgressPass {
+ public:
+  ProgressPass() : prev_(pass_detail::current) { pass_detail::current = pass_detail::next.fetch_add(1); }
+  ~ProgressPass() { pass_detail::current = prev_; }
+  ProgressPass(const ProgressPass&) = delete;
+  ProgressPass& operator=(const ProgressPass&) = delete;
+  /// The open pass's number on this thread, 0 outside any.
+  static std::uint64_t current() noexcept { return pass_detail::current; }
+
+ private:
+  std::uint64_t prev_;
 };
 
 /// One reliable connection, with its own completion queue or a share of a

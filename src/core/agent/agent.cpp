@@ -299,6 +299,7 @@ std::size_t Agent::run_once() {
     for (auto& [raw, w] : endpoints_)
       if (auto p = w.ep.lock()) eps.push_back(std::move(p));
   }
+  backend::ProgressPass pass;  // each shared transport queue is read once
   for (auto& ep : eps) work += static_cast<std::size_t>(ep->progress());
   return work;
 }
@@ -449,6 +450,7 @@ void Agent::run() {
     fired.clear();
     hot.clear();
     if (stop_) break;
+    backend::ProgressPass pass;  // each shared transport queue is read once this turn
     for (auto& ep : eps) {
       const int n = ep->progress();
       work += n;

@@ -37,28 +37,23 @@ Result<void> EndpointImpl::setup_connection(const std::shared_ptr<void>& request
   // A busy-polling zone never sleeps on its queues.
   auto c = zone->domain->create_connection(request, depth + 2 * nrx + 16, !zone->busy_poll);
   if (!c) return c.error();
-  slots = std::vector<OpSlot>(depth);
+  slots.clear();  // made on first use (take_slot)
   free_slots.clear();
-  for (std::size_t i = 0; i < depth; ++i) {
-    slots[i].index = static_cast<std::uint32_t>(i);
-    free_slots.push_back(static_cast<std::uint32_t>(depth - 1 - i));
-  }
   const std::size_t buf = std::max<std::size_t>(options.max_message, sizeof(wire::Ctl));
   // Reserved, not touched: an idle connection's buffers cost no memory.
   if (!rx_memory.reserve(buf * nrx)) return Errc::no_memory;
   auto key = zone->domain->register_memory(rx_memory.data(), rx_memory.size(), Access::local_write, zone->random_key());
   if (!key) return key.error();
   rx_key = std::move(*key);
-  rx = std::vector<OpSlot>(nrx);
+  rx = std::vector<RxSlot>(nrx);
   msgs_posted = peer_handled = msgs_handled = msgs_acked = 0;
   unacked.clear();
   conn = std::move(*c);
   conn->set_owner(this);  // identity in the shared queue's ready reports (Agent::look_at)
   for (std::size_t i = 0; i < nrx; ++i) {
     rx[i].kind = OpSlot::Kind::recv_buffer;
-    rx[i].iov[0] = backend::Iov{rx_memory.data() + i * buf, buf, rx_key->desc()};
-    rx[i].iov_count = 1;
-    if (int rc = conn->recv(rx[i].iov[0].addr, buf, rx[i].iov[0].desc, &rx[i].hdr); rc) {
+    rx[i].buf = backend::Iov{rx_memory.data() + i * buf, buf, rx_key->desc()};
+    if (int rc = conn->recv(rx[i].buf.addr, buf, rx[i].buf.desc, &rx[i].hdr); rc) {
       conn.reset();
       return error_from_post(rc);
     }
@@ -87,10 +82,10 @@ void EndpointImpl::abandon_connection() {
   conn.reset();
 }
 
-void EndpointImpl::repost(OpSlot& s) {
+void EndpointImpl::repost(RxSlot& s) {
   // A failure here means the connection is going away; the shutdown event
   // that follows flushes everything.
-  (void)conn->recv(s.iov[0].addr, s.iov[0].len, s.iov[0].desc, &s.hdr);
+  (void)conn->recv(s.buf.addr, s.buf.len, s.buf.desc, &s.hdr);
 }
 
 Result<void> EndpointImpl::post(const Operation& op, std::uint64_t cookie, PostFlags flags) {
@@ -148,7 +143,12 @@ Result<void> EndpointImpl::post(const Operation& op, std::uint64_t cookie, PostF
 }
 
 Result<std::uint32_t> EndpointImpl::take_slot() {
-  if (free_slots.empty()) return Errc::queue_full;
+  if (free_slots.empty()) {
+    if (slots.size() >= options.max_outstanding) return Errc::queue_full;
+    slots.emplace_back();
+    slots.back().index = static_cast<std::uint32_t>(slots.size() - 1);
+    return slots.back().index;
+  }
   std::uint32_t i = free_slots.back();
   free_slots.pop_back();
   return i;
@@ -297,8 +297,11 @@ void EndpointImpl::handle(const backend::CqEntry& e) {
     ++msgs_handled;
     return;
   }
-  auto* s = reinterpret_cast<OpSlot*>(e.context);
-  if (s->kind == OpSlot::Kind::recv_buffer) {
+  // The context is the header at the start of a SlotBase (pointer-
+  // interconvertible: SlotBase is standard-layout).
+  auto* base = reinterpret_cast<SlotBase*>(e.context);
+  if (base->kind == SlotBase::Kind::recv_buffer) {
+    auto* s = static_cast<RxSlot*>(base);
     // The peer may send as soon as it sees the connection established, so a
     // message can arrive before this side has handled its own `connected`
     // event: connect_pending receives too.
@@ -309,6 +312,7 @@ void EndpointImpl::handle(const backend::CqEntry& e) {
     if (live()) repost(*s);
     return;
   }
+  auto* s = static_cast<OpSlot*>(base);
   if (s->kind == OpSlot::Kind::free || !s->posted) return;  // already flushed
   s->posted = false;
   if (e.err == 0 && s->msg_seq > peer_handled) return;  // delivered; completes on the peer's ack (handle_ack)

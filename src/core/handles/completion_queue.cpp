@@ -118,6 +118,7 @@ std::vector<std::shared_ptr<EndpointImpl>>& live_sources(CqImpl& cq) {
 }  // namespace
 
 void CqImpl::drive() {
+  backend::ProgressPass pass;  // each shared transport queue is read once
   auto& eps = live_sources(*this);
   for (auto& ep : eps) ep->progress();
   eps.clear();

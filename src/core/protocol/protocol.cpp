@@ -9,11 +9,11 @@
 
 namespace remora::detail {
 
-void EndpointImpl::handle_message(OpSlot& rxs, const backend::CqEntry& e) {
+void EndpointImpl::handle_message(RxSlot& rxs, const backend::CqEntry& e) {
   // Every message a Remora peer sends carries its kind in the immediate
   // data; anything else breaks the protocol.
   if (!(e.flags & backend::kCqRemoteData)) return protocol_violation();
-  const auto* bytes = static_cast<const std::uint8_t*>(rxs.iov[0].addr);
+  const auto* bytes = static_cast<const std::uint8_t*>(rxs.buf.addr);
   switch (wire::kind_of(e.data)) {
     case wire::user_msg:
     case wire::user_msg_imm: {
