@@ -22,6 +22,9 @@
 #                   and size (default 0.3)
 #   --markdown FILE also write the table and notes as Markdown
 #
+#   UCX_PERFTEST    the ucx_perftest to run (default: the one on PATH; set
+#                   it empty to leave UCX out)
+#
 # Needs bash, coreutils' timeout and python3 (standard library). Every
 # process it starts is bounded by timeout and killed at exit if still there.
 set -euo pipefail
@@ -49,7 +52,7 @@ while [[ $# -gt 0 ]]; do
                     DURATION=$2; shift 2 ;;
         --markdown) [[ $# -ge 2 ]] || die "--markdown needs a file name"
                     MARKDOWN=$2; shift 2 ;;
-        -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -62,7 +65,8 @@ for tool in "$SAMEHOST" "$PERF"; do
 done
 command -v python3 >/dev/null || die "python3 is required"
 command -v timeout >/dev/null || die "timeout (coreutils) is required"
-UCX_PERFTEST=$(command -v ucx_perftest || true)
+# UCX_PERFTEST in the environment: the ucx_perftest to run (empty: none).
+UCX_PERFTEST=${UCX_PERFTEST-$(command -v ucx_perftest || true)}
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/remora-samehost.XXXXXX")
 PIDS=()   # every background process started (timeout wrappers)
@@ -156,6 +160,7 @@ stop_server() {
 }
 
 FAILED=()
+UCX_SKIPPED=""
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?")
 DATE=$(date '+%Y-%m-%d %H:%M %Z')
 
@@ -227,6 +232,7 @@ remora_run() {
 
 if [[ -z "$UCX_PERFTEST" ]]; then
     warn "ucx_perftest not installed (Debian: apt-get install ucx-utils): no UCX rows"
+    UCX_SKIPPED="ucx-sm: skipped: ucx_perftest not installed (Debian package ucx-utils)"
 fi
 for ((rep = 1; rep <= REPS; rep++)); do
     if [[ -n "$UCX_PERFTEST" ]]; then
@@ -248,10 +254,10 @@ UCX_VERSION=""
 [[ -n "$UCX_PERFTEST" ]] && UCX_VERSION=$(dpkg-query -W -f '${Version}' ucx-utils 2>/dev/null || echo "?")
 rc=0
 python3 - "$WORK" "$REPS" "$DURATION" "$MARKDOWN" "$LOAD_BEFORE" "$DATE" "$UCX_VERSION" "$UCX_TLS_USED" \
-    "${FAILED[*]+"${FAILED[*]}"}" <<'EOF' || rc=$?
+    "${FAILED[*]+"${FAILED[*]}"}" "$UCX_SKIPPED" <<'EOF' || rc=$?
 import glob, json, os, platform, statistics, sys
 
-work, reps, duration, markdown, load_before, date, ucx_version, ucx_tls, failed = sys.argv[1:10]
+work, reps, duration, markdown, load_before, date, ucx_version, ucx_tls, failed, ucx_skipped = sys.argv[1:11]
 
 def cpu(path):
     with open(path) as f:
@@ -350,13 +356,13 @@ notes = [
     "client, the remora-perf client), over its whole life for the last two, per operation; the target "
     "process's CPU is not counted (shm's target and UCX's server spin on a core)",
     "libfabric-shm write: qd 16; latency rows: one 8-byte operation at a time, posted and polled for",
-    f"ucx-sm: ucx_perftest (ucx-utils {ucx_version or 'not installed'}), UCX_TLS={ucx_tls}, memory UCX "
-    "allocates itself (ucp_mem_map ALLOCATE); put_bw: puts with UCX's default window, completed by a flush; "
-    "put_lat: half a round trip of a put ping-pong (each side polls its memory for the peer's put)",
     "remora-tcp: remora-perf over libfabric tcp on 127.0.0.1, writes delivery-complete (qd 16); "
     "write+flush_vis: an 8-byte write then a VISIBILITY flush, one at a time, target asleep (default) or "
     "target and client busy-polling",
-] + notes + skipped
+] + ([f"ucx-sm: ucx_perftest (ucx-utils {ucx_version}), UCX_TLS={ucx_tls}, memory UCX allocates itself "
+       "(ucp_mem_map ALLOCATE); put_bw: puts with UCX's default window, completed by a flush; put_lat: half a "
+       "round trip of a put ping-pong (each side polls its memory for the peer's put)"] if ucx_version else []
+) + notes + skipped + ([ucx_skipped] if ucx_skipped else [])
 if failed:
     notes.append("FAILED (no row): " + failed)
 notes.append(f"machine: {platform.node()}, {os.cpu_count()} CPUs, Linux {platform.release()}, {date}; "
