@@ -190,6 +190,8 @@ class Output {
       line += ",\"gbps\":" + number(gbps) + ",\"gbps_min\":" + number(*std::min_element(r.gbps.begin(), r.gbps.end())) +
               ",\"gbps_max\":" + number(*std::max_element(r.gbps.begin(), r.gbps.end()));
       line += ",\"lat_p50_us\":" + (lat ? number(median(r.p50_us)) : "null");
+      line += ",\"lat_p50_us_min\":" + (lat ? number(*std::min_element(r.p50_us.begin(), r.p50_us.end())) : "null");
+      line += ",\"lat_p50_us_max\":" + (lat ? number(*std::max_element(r.p50_us.begin(), r.p50_us.end())) : "null");
       line += ",\"lat_p99_us\":" + (lat ? number(median(r.p99_us)) : "null");
       line += ",\"cpu_us_per_op\":" + number(cpu) + ",\"ops\":" + std::to_string(r.ops) +
               ",\"reps\":" + std::to_string(r.gbps.size()) + "}";

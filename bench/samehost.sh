@@ -266,6 +266,10 @@ def cpu(path):
 
 rows, skipped, notes = [], [], []
 
+def span(values):
+    values = list(values)
+    return (min(values), max(values))
+
 # 1. remora-bench-samehost: medians already.
 for line in open(os.path.join(work, "samehost.json")):
     if not line.startswith("{"):
@@ -276,9 +280,11 @@ for line in open(os.path.join(work, "samehost.json")):
     elif "note" in o:
         notes.append(o["note"])
     else:
+        lat = o["lat_p50_us"] is not None
         rows.append(dict(engine=o["engine"], op=o["op"], size=o["size"], qd=o["qd"],
                          completion=o["completion"] or "-", gbps=o["gbps"], p50=o["lat_p50_us"],
-                         p99=o["lat_p99_us"], cpu=o["cpu_us_per_op"]))
+                         p99=o["lat_p99_us"], cpu=o["cpu_us_per_op"],
+                         spread=(o["lat_p50_us_min"], o["lat_p50_us_max"]) if lat else (o["gbps_min"], o["gbps_max"])))
 
 # 2. ucx_perftest: CSV "iterations,p50_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr";
 # bandwidth in MiB/s (UCX's MB/s), latency in microseconds.
@@ -300,7 +306,8 @@ for (test, size), runs in sorted(ucx.items()):
     rows.append(dict(engine="ucx-sm", op="put_lat" if lat else "put_bw", size=size, qd=1 if lat else "-",
                      completion="-", gbps=statistics.median(r[0] for r in runs),
                      p50=statistics.median(r[1] for r in runs) if lat else None, p99=None,
-                     cpu=statistics.median(r[2] for r in runs), reps=len(runs)))
+                     cpu=statistics.median(r[2] for r in runs),
+                     spread=span(r[1] if lat else r[0] for r in runs)))
 
 # 3. remora-perf
 remora = {}
@@ -323,7 +330,8 @@ for (name, size), runs in sorted(remora.items(), key=lambda kv: (ORDER.index(kv[
                      gbps=statistics.median(r[0]["gbps"] for r in runs),
                      p50=statistics.median(r[0]["lat_p50_us"] for r in runs) if lat else None,
                      p99=statistics.median(r[0]["lat_p99_us"] for r in runs) if lat else None,
-                     cpu=statistics.median(r[1] for r in runs), reps=len(runs)))
+                     cpu=statistics.median(r[1] for r in runs),
+                     spread=span(r[0]["lat_p50_us" if lat else "gbps"] for r in runs)))
 
 memcpy = {r["size"]: r["gbps"] for r in rows if r["engine"] == "memcpy"}
 
@@ -336,9 +344,11 @@ for r in rows:
     ratio = "-"
     if bw_row and r["size"] in memcpy and r["engine"] != "memcpy":
         ratio = f"{r['gbps'] / memcpy[r['size']]:.3f}"
+    lo, hi = r["spread"]
     table.append((r["engine"], r["op"], str(r["size"]), str(r["qd"]), r["completion"],
-                  f3(r["gbps"]), ratio, f3(r["p50"]), f3(r["p99"]), f3(r["cpu"])))
-head = ("engine", "op", "size", "qd", "completion", "GB/s", "x memcpy", "p50 us", "p99 us", "CPU us/op")
+                  f3(r["gbps"]), ratio, f3(r["p50"]), f3(r["p99"]), f3(r["cpu"]), f"{f3(lo)}-{f3(hi)}"))
+head = ("engine", "op", "size", "qd", "completion", "GB/s", "x memcpy", "p50 us", "p99 us", "CPU us/op",
+        "range")
 widths = [max(len(t[i]) for t in table + [head]) for i in range(len(head))]
 def line(t):
     return "  ".join(c.ljust(w) if i in (0, 1, 4) else c.rjust(w) for i, (c, w) in enumerate(zip(t, widths)))
@@ -352,6 +362,7 @@ notes = [
     f"median of {reps} repetitions of each measurement; remora-bench-samehost: {duration} s per repetition, "
     "engine and size",
     "x memcpy = GB/s / single-thread memcpy GB/s of the same size, same run (bandwidth rows only)",
+    "range = lowest and highest repetition of the row's figure: GB/s on bandwidth rows, p50 on latency rows",
     "CPU us/op = user + sys of the measuring process only (remora-bench-samehost's parent, the ucx_perftest "
     "client, the remora-perf client), over its whole life for the last two, per operation; the target "
     "process's CPU is not counted (shm's target and UCX's server spin on a core)",
@@ -371,7 +382,7 @@ print()
 for n in notes:
     print("note: " + n)
 if markdown:
-    md = ["| " + " | ".join(head) + " |", "|---|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+    md = ["| " + " | ".join(head) + " |", "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     md += ["| " + " | ".join(t) + " |" for t in table]
     md += [""] + [f"- {n}" for n in notes]
     with open(markdown, "w") as f:
