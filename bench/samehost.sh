@@ -371,7 +371,8 @@ notes = [
     "write+flush_vis: an 8-byte write then a VISIBILITY flush, one at a time, target asleep (default) or "
     "target and client busy-polling",
 ] + ([f"ucx-sm: ucx_perftest (ucx-utils {ucx_version}), UCX_TLS={ucx_tls}, memory UCX allocates itself "
-       "(ucp_mem_map ALLOCATE); put_bw: puts with UCX's default window, completed by a flush; put_lat: half a "
+       "(ucp_mem_map ALLOCATE); put_bw: puts streamed with UCX's default window, no completion waited for per put; "
+       "put_lat: half a "
        "round trip of a put ping-pong (each side polls its memory for the peer's put)"] if ucx_version else []
 ) + notes + skipped + ([ucx_skipped] if ucx_skipped else [])
 if failed:
