@@ -5,8 +5,9 @@
 # settings, the --plot picture (parsed: one line per series and panel, one
 # point per size with the JSON's values, the names in the legend; also with
 # remora-bench-raw's results on the same axes when it is built), plus
-# failure cases that must end quickly with an error. Exits non-zero on any
-# failure.
+# failure cases that must end quickly with an error; and one short run of
+# remora-bench-samehost (bench/samehost.cpp) when it is built. Exits non-zero
+# on any failure.
 #
 #   tools/smoke.sh [BIN_DIR]
 #
@@ -425,6 +426,54 @@ print(s.getsockname()[1])')
     fi
 else
     echo "smoke.sh: skip: $RAW not built (the plot with the raw baseline)"
+fi
+
+# The same-host baselines (bench/samehost.cpp): one short run of every engine
+# at one size; an engine this machine refuses (process_vm_writev forbidden,
+# no shm provider) is reported as skipped, which is fine here. No timing is
+# checked, only that it ran and said something about each engine.
+check_samehost() {
+    python3 - "$1" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+seen = {}
+for r in rows:
+    if "note" in r:
+        continue
+    if "skipped" in r:
+        seen.setdefault(r["engine"], "skipped")
+        continue
+    if not (r["size"] in (4096, 8) and r["gbps"] > 0 and r["cpu_us_per_op"] >= 0 and r["reps"] == 1):
+        sys.exit(f"bad row: {r}")
+    seen[r["engine"]] = "measured"
+for engine in ("memcpy", "cma", "libfabric-shm"):
+    if engine not in seen:
+        sys.exit(f"nothing about {engine}")
+if seen["memcpy"] != "measured":
+    sys.exit("memcpy not measured")
+print(", ".join(f"{e} {s}" for e, s in seen.items()))
+EOF
+}
+SAMEHOST=$BIN_DIR/remora-bench-samehost
+if [[ -x "$SAMEHOST" ]]; then
+    rc=0
+    timeout 60 "$SAMEHOST" --size 4096 --reps 1 -D 0.05 --json </dev/null >"$WORK/samehost.out" \
+        2>"$WORK/samehost.err" || rc=$?
+    why=""
+    if [[ $rc -eq 0 ]] && why=$(check_samehost "$WORK/samehost.out" 2>&1); then
+        pass "remora-bench-samehost --size 4096 --reps 1 ($why)"
+    else
+        fail "remora-bench-samehost: exit $rc $why"; cat "$WORK/samehost.out" "$WORK/samehost.err" >&2
+    fi
+    rc=0
+    timeout 10 "$SAMEHOST" --size 0 >/dev/null 2>&1 || rc=$?
+    if [[ $rc -eq 2 ]]; then
+        pass "remora-bench-samehost usage error exits 2"
+    else
+        fail "remora-bench-samehost --size 0: exit $rc"
+    fi
+else
+    echo "smoke.sh: skip: $SAMEHOST not built (the same-host baselines)"
 fi
 
 # ---- failures must be quick and clean ------------------------------------------

@@ -1,0 +1,397 @@
+#!/usr/bin/env bash
+# The same-host baselines of issue 10 in one run, one table:
+#
+#   1. remora-bench-samehost: single-thread memcpy, process_vm_writev into a
+#      child process (cma), libfabric shm between two processes;
+#   2. UCX ucx_perftest over shared memory (UCX_TLS=sm) on 127.0.0.1, if
+#      installed (Debian package ucx-utils): ucp_put_bw at every size and
+#      ucp_put_lat at 8 bytes, on memory UCX allocates itself;
+#   3. Remora's current path on this host: remora-perf over tcp on 127.0.0.1,
+#      write bandwidth (64 KiB, 1 MiB; qd 16) and 8-byte write + VISIBILITY
+#      flush latency (target asleep, and target and client busy-polling).
+#
+# Every bandwidth is also given as a ratio to memcpy of the same size
+# measured in the same run. Each figure is the median of --reps repetitions.
+#
+#   bench/samehost.sh [--build DIR] [--reps N] [--duration S] [--markdown FILE]
+#
+#   --build DIR     the build directory with bin/remora-bench-samehost and
+#                   bin/remora-perf (default build, relative to the repository)
+#   --reps N        repetitions of every measurement (default 3)
+#   --duration S    seconds of one remora-bench-samehost repetition per engine
+#                   and size (default 0.3)
+#   --markdown FILE also write the table and notes as Markdown
+#
+#   UCX_PERFTEST    the ucx_perftest to run (default: the one on PATH; set
+#                   it empty to leave UCX out)
+#
+# Needs bash, coreutils' timeout and python3 (standard library). Every
+# process it starts is bounded by timeout and killed at exit if still there.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=build
+REPS=3
+DURATION=0.3
+MARKDOWN=""
+STEP_TIMEOUT=120     # seconds, one client run (ucx_perftest or remora-perf)
+SERVER_TIMEOUT=150   # seconds, one server (it leaves when its client is done)
+BENCH_TIMEOUT=900    # seconds, the whole remora-bench-samehost run
+UCX_TLS_USED=sm
+
+die() { echo "samehost.sh: $*" >&2; exit 2; }    # usage / setup problem
+warn() { echo "samehost.sh: $*" >&2; }
+
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --build) [[ $# -ge 2 ]] || die "--build needs a directory"
+                 BUILD=$2; shift 2 ;;
+        --reps) [[ $# -ge 2 && "$2" =~ ^[1-9][0-9]*$ ]] || die "--reps needs a positive number"
+                REPS=$2; shift 2 ;;
+        --duration) [[ $# -ge 2 && "$2" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--duration needs seconds"
+                    DURATION=$2; shift 2 ;;
+        --markdown) [[ $# -ge 2 ]] || die "--markdown needs a file name"
+                    MARKDOWN=$2; shift 2 ;;
+        -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown argument '$1' (see --help)" ;;
+    esac
+done
+[[ "$BUILD" = /* ]] || BUILD=$ROOT/$BUILD
+SAMEHOST=$BUILD/bin/remora-bench-samehost
+PERF=$BUILD/bin/remora-perf
+for tool in "$SAMEHOST" "$PERF"; do
+    [[ -x "$tool" ]] || die "$tool not found or not executable: build it first" \
+        "(cmake --build $BUILD --target $(basename "$tool")), or pass --build DIR"
+done
+command -v python3 >/dev/null || die "python3 is required"
+command -v timeout >/dev/null || die "timeout (coreutils) is required"
+# UCX_PERFTEST in the environment: the ucx_perftest to run (empty: none).
+UCX_PERFTEST=${UCX_PERFTEST-$(command -v ucx_perftest || true)}
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/remora-samehost.XXXXXX")
+PIDS=()   # every background process started (timeout wrappers)
+cleanup() {
+    local pid
+    for pid in ${PIDS[@]+"${PIDS[@]}"}; do
+        if kill -0 "$pid" 2>/dev/null; then
+            kill "$pid" 2>/dev/null || true
+            wait "$pid" 2>/dev/null || true
+        fi
+    done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+free_port() {
+    python3 -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
+}
+
+# True once something listens on TCP port $1 (any address).
+listening() {
+    python3 - "$1" <<'EOF'
+import sys
+port = int(sys.argv[1])
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    try:
+        lines = open(table).read().splitlines()[1:]
+    except OSError:
+        continue
+    for line in lines:
+        f = line.split()
+        if f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
+            sys.exit(0)
+sys.exit(1)
+EOF
+}
+
+# cpu_wrap OUT COMMAND...: runs COMMAND and writes to OUT the user and sys CPU
+# seconds it and its descendants used. SIGTERM and SIGINT are passed on.
+CPU_WRAP='import resource, signal, subprocess, sys
+p = subprocess.Popen(sys.argv[2:])
+for sig in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(sig, lambda s, _f: p.send_signal(s))
+rc = p.wait()
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+with open(sys.argv[1], "w") as f:
+    f.write(f"{u.ru_utime:.6f} {u.ru_stime:.6f}\n")
+sys.exit(rc if rc >= 0 else 128 - rc)'
+
+# bounded SECONDS COMMAND...: runs COMMAND bounded by timeout, in the background so
+# that a signal to this script ends it at once (the trap kills it).
+bounded() {
+    local limit=$1 rc=0
+    shift
+    timeout "$limit" "$@" &
+    PIDS+=($!)
+    wait $! || rc=$?
+    return $rc
+}
+
+# start_server LOG COMMAND...: starts a server (bounded by SERVER_TIMEOUT) and
+# waits until it listens on $PORT; sets SERVER_PID.
+start_server() {
+    local log=$1 i
+    shift
+    timeout "$SERVER_TIMEOUT" "$@" </dev/null >"$log" 2>&1 &
+    SERVER_PID=$!
+    PIDS+=("$SERVER_PID")
+    for ((i = 0; i < 100; i++)); do
+        listening "$PORT" && return 0
+        kill -0 "$SERVER_PID" 2>/dev/null || return 1
+        sleep 0.1
+    done
+    return 1
+}
+
+# stop_server: waits (10 s at most) for the server to leave, then kills it.
+stop_server() {
+    local i
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$SERVER_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+}
+
+FAILED=()
+UCX_SKIPPED=""
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?")
+DATE=$(date '+%Y-%m-%d %H:%M %Z')
+
+# ---- 1. remora-bench-samehost ----------------------------------------------------
+echo "samehost.sh: remora-bench-samehost, $REPS repetitions of $DURATION s" >&2
+if ! bounded "$BENCH_TIMEOUT" "$SAMEHOST" --json --reps "$REPS" -D "$DURATION" \
+        </dev/null >"$WORK/samehost.json" 2>"$WORK/samehost.err"; then
+    cat "$WORK/samehost.err" >&2
+    FAILED+=("remora-bench-samehost")
+fi
+
+# ---- 2. UCX ucx_perftest --------------------------------------------------------
+# ucx_run TAG TEST SIZE ITERS: one server/client pair; the client's CSV line
+# in $WORK/TAG.csv, its CPU in $WORK/TAG.cpu.
+ucx_run() {
+    local tag=$1 test=$2 size=$3 iters=$4 warm
+    warm=$((iters / 10))
+    PORT=$(free_port)
+    if ! start_server "$WORK/$tag.server.log" env UCX_TLS="$UCX_TLS_USED" "$UCX_PERFTEST" -p "$PORT"; then
+        warn "ucx_perftest server did not start ($tag)"; cat "$WORK/$tag.server.log" >&2
+        stop_server; FAILED+=("ucx $tag"); return
+    fi
+    if ! bounded "$STEP_TIMEOUT" env UCX_TLS="$UCX_TLS_USED" python3 -c "$CPU_WRAP" "$WORK/$tag.cpu" "$UCX_PERFTEST" \
+            127.0.0.1 -p "$PORT" -t "$test" -s "$size" -n "$iters" -w "$warm" -f -v \
+            </dev/null >"$WORK/$tag.csv" 2>"$WORK/$tag.err"; then
+        warn "ucx_perftest $test -s $size failed"; cat "$WORK/$tag.err" "$WORK/$tag.server.log" >&2
+        FAILED+=("ucx $tag")
+    fi
+    stop_server
+    echo "$iters $warm" >"$WORK/$tag.iters"
+}
+
+# The UCX cases: test|size|iterations (a few tenths of a second each here).
+UCX_CASES=(
+    "ucp_put_bw|8|2000000"
+    "ucp_put_bw|4096|1000000"
+    "ucp_put_bw|65536|60000"
+    "ucp_put_bw|1048576|4000"
+    "ucp_put_lat|8|300000"
+)
+# The remora-perf cases: name|op|size|iterations|server flags|client flags.
+REMORA_CASES=(
+    "write|write|65536|20000||"
+    "write|write|1048576|2000||"
+    "wfv_asleep|write_flush_visibility|8|10000||"
+    "wfv_busy|write_flush_visibility|8|20000|--busy-poll|--busy-poll"
+)
+
+# remora_run TAG OP SIZE ITERS "SERVER FLAGS" "CLIENT FLAGS": as compare.sh
+# does it, a server on a free port and a client with --json.
+remora_run() {
+    local tag=$1 op=$2 size=$3 iters=$4 sflags=$5 cflags=$6
+    PORT=$(free_port)
+    # shellcheck disable=SC2086  # flags are words on purpose
+    if ! start_server "$WORK/$tag.server.log" "$PERF" --server --port "$PORT" --address 127.0.0.1 \
+            --provider tcp $sflags; then
+        warn "remora-perf server did not start ($tag)"; cat "$WORK/$tag.server.log" >&2
+        stop_server; FAILED+=("remora $tag"); return
+    fi
+    # shellcheck disable=SC2086
+    if ! bounded "$STEP_TIMEOUT" python3 -c "$CPU_WRAP" "$WORK/$tag.cpu" "$PERF" --client 127.0.0.1 --port "$PORT" \
+            --provider tcp --op "$op" --size "$size" --iters "$iters" --json $cflags \
+            </dev/null >"$WORK/$tag.json" 2>"$WORK/$tag.err"; then
+        warn "remora-perf --op $op --size $size failed"; cat "$WORK/$tag.err" "$WORK/$tag.server.log" >&2
+        FAILED+=("remora $tag")
+    fi
+    stop_server
+}
+
+if [[ -z "$UCX_PERFTEST" ]]; then
+    warn "ucx_perftest not installed (Debian: apt-get install ucx-utils): no UCX rows"
+    UCX_SKIPPED="ucx-sm: skipped: ucx_perftest not installed (Debian package ucx-utils)"
+fi
+for ((rep = 1; rep <= REPS; rep++)); do
+    if [[ -n "$UCX_PERFTEST" ]]; then
+        for c in "${UCX_CASES[@]}"; do
+            IFS='|' read -r test size iters <<<"$c"
+            echo "samehost.sh: rep $rep/$REPS ucx_perftest $test size $size" >&2
+            ucx_run "ucx.$test.$size.$rep" "$test" "$size" "$iters"
+        done
+    fi
+    for c in "${REMORA_CASES[@]}"; do
+        IFS='|' read -r name op size iters sflags cflags <<<"$c"
+        echo "samehost.sh: rep $rep/$REPS remora-perf $name size $size" >&2
+        remora_run "remora.$name.$size.$rep" "$op" "$size" "$iters" "$sflags" "$cflags"
+    done
+done
+
+# ---- the table ------------------------------------------------------------------
+UCX_VERSION=""
+[[ -n "$UCX_PERFTEST" ]] && UCX_VERSION=$(dpkg-query -W -f '${Version}' ucx-utils 2>/dev/null || echo "?")
+rc=0
+python3 - "$WORK" "$REPS" "$DURATION" "$MARKDOWN" "$LOAD_BEFORE" "$DATE" "$UCX_VERSION" "$UCX_TLS_USED" \
+    "${FAILED[*]+"${FAILED[*]}"}" "$UCX_SKIPPED" <<'EOF' || rc=$?
+import glob, json, os, platform, statistics, sys
+
+work, reps, duration, markdown, load_before, date, ucx_version, ucx_tls, failed, ucx_skipped = sys.argv[1:11]
+
+def cpu(path):
+    with open(path) as f:
+        u, s = f.read().split()
+    return float(u) + float(s)
+
+rows, skipped, notes = [], [], []
+
+def span(values):
+    values = list(values)
+    return (min(values), max(values))
+
+# 1. remora-bench-samehost: medians already.
+for line in open(os.path.join(work, "samehost.json")):
+    if not line.startswith("{"):
+        continue
+    o = json.loads(line)
+    if "skipped" in o:
+        skipped.append(f"{o['engine']}: skipped: {o['skipped']}")
+    elif "note" in o:
+        notes.append(o["note"])
+    else:
+        lat = o["lat_p50_us"] is not None
+        rows.append(dict(engine=o["engine"], op=o["op"], size=o["size"], qd=o["qd"],
+                         completion=o["completion"] or "-", gbps=o["gbps"], p50=o["lat_p50_us"],
+                         p99=o["lat_p99_us"], cpu=o["cpu_us_per_op"],
+                         spread=(o["lat_p50_us_min"], o["lat_p50_us_max"]) if lat else (o["gbps_min"], o["gbps_max"])))
+
+# 2. ucx_perftest: CSV "iterations,p50_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr";
+# bandwidth in MiB/s (UCX's MB/s), latency in microseconds.
+ucx = {}
+for path in glob.glob(os.path.join(work, "ucx.*.csv")):
+    _, test, size, rep = os.path.basename(path)[:-4].split(".")
+    vals = None
+    for line in open(path):
+        f = line.strip().split(",")
+        if len(f) == 8 and f[0].strip().isdigit():
+            vals = [float(x) for x in f]
+    if vals is None:
+        continue
+    iters, warm = (int(x) for x in open(path[:-4] + ".iters").read().split())
+    c = cpu(path[:-4] + ".cpu") / (iters + warm) * 1e6
+    ucx.setdefault((test, int(size)), []).append((vals[5] * 1048576 / 1e9, vals[1], c))
+for (test, size), runs in sorted(ucx.items()):
+    lat = test == "ucp_put_lat"
+    rows.append(dict(engine="ucx-sm", op="put_lat" if lat else "put_bw", size=size, qd=1 if lat else "-",
+                     completion="-", gbps=statistics.median(r[0] for r in runs),
+                     p50=statistics.median(r[1] for r in runs) if lat else None, p99=None,
+                     cpu=statistics.median(r[2] for r in runs),
+                     spread=span(r[1] if lat else r[0] for r in runs)))
+
+# 3. remora-perf
+remora = {}
+for path in glob.glob(os.path.join(work, "remora.*.json")):
+    _, name, size, rep = os.path.basename(path)[:-5].split(".")
+    for line in open(path):
+        if line.startswith("{"):
+            o = json.loads(line)
+            iters = int(o["iters"])
+            warm = min(max(iters // 10, 16), 200)  # perf_cli.hpp's warm-up
+            c = cpu(path[:-5] + ".cpu") / (iters + warm) * 1e6
+            remora.setdefault((name, int(size)), []).append((o, c))
+LABEL = {"write": ("write", "delivery"), "wfv_asleep": ("write+flush_vis", "target asleep"),
+         "wfv_busy": ("write+flush_vis", "busy-poll")}
+ORDER = list(LABEL)
+for (name, size), runs in sorted(remora.items(), key=lambda kv: (ORDER.index(kv[0][0]), kv[0][1])):
+    op, how = LABEL[name]
+    lat = name != "write"
+    rows.append(dict(engine="remora-tcp", op=op, size=size, qd=runs[0][0]["qd"], completion=how,
+                     gbps=statistics.median(r[0]["gbps"] for r in runs),
+                     p50=statistics.median(r[0]["lat_p50_us"] for r in runs) if lat else None,
+                     p99=statistics.median(r[0]["lat_p99_us"] for r in runs) if lat else None,
+                     cpu=statistics.median(r[1] for r in runs),
+                     spread=span(r[0]["lat_p50_us" if lat else "gbps"] for r in runs)))
+
+memcpy = {r["size"]: r["gbps"] for r in rows if r["engine"] == "memcpy"}
+
+def f3(v):
+    return "-" if v is None else (f"{v:.3f}" if v < 100 else f"{v:.1f}")
+
+table = []
+for r in rows:
+    bw_row = r["p50"] is None
+    ratio = "-"
+    if bw_row and r["size"] in memcpy and r["engine"] != "memcpy":
+        ratio = f"{r['gbps'] / memcpy[r['size']]:.3f}"
+    lo, hi = r["spread"]
+    table.append((r["engine"], r["op"], str(r["size"]), str(r["qd"]), r["completion"],
+                  f3(r["gbps"]), ratio, f3(r["p50"]), f3(r["p99"]), f3(r["cpu"]), f"{f3(lo)}-{f3(hi)}"))
+head = ("engine", "op", "size", "qd", "completion", "GB/s", "x memcpy", "p50 us", "p99 us", "CPU us/op",
+        "range")
+widths = [max(len(t[i]) for t in table + [head]) for i in range(len(head))]
+def line(t):
+    return "  ".join(c.ljust(w) if i in (0, 1, 4) else c.rjust(w) for i, (c, w) in enumerate(zip(t, widths)))
+print(line(head))
+print(line(tuple("-" * w for w in widths)))
+for t in table:
+    print(line(t))
+
+load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
+notes = [
+    f"median of {reps} repetitions of each measurement; remora-bench-samehost: {duration} s per repetition, "
+    "engine and size",
+    "x memcpy = GB/s / single-thread memcpy GB/s of the same size, same run (bandwidth rows only)",
+    "range = lowest and highest repetition of the row's figure: GB/s on bandwidth rows, p50 on latency rows",
+    "CPU us/op = user + sys of the measuring process only (remora-bench-samehost's parent, the ucx_perftest "
+    "client, the remora-perf client), over its whole life for the last two, per operation; the target "
+    "process's CPU is not counted (shm's target and UCX's server spin on a core)",
+    "libfabric-shm write: qd 16; latency rows: one 8-byte operation at a time, posted and polled for",
+    "remora-tcp: remora-perf over libfabric tcp on 127.0.0.1, writes delivery-complete (qd 16); "
+    "write+flush_vis: an 8-byte write then a VISIBILITY flush, one at a time, target asleep (default) or "
+    "target and client busy-polling",
+] + ([f"ucx-sm: ucx_perftest (ucx-utils {ucx_version}), UCX_TLS={ucx_tls}, memory UCX allocates itself "
+       "(ucp_mem_map ALLOCATE); put_bw: puts streamed with UCX's default window, no completion waited for per put; "
+       "put_lat: half a "
+       "round trip of a put ping-pong (each side polls its memory for the peer's put)"] if ucx_version else []
+) + notes + skipped + ([ucx_skipped] if ucx_skipped else [])
+if failed:
+    notes.append("FAILED (no row): " + failed)
+notes.append(f"machine: {platform.node()}, {os.cpu_count()} CPUs, Linux {platform.release()}, {date}; "
+             f"load average {load_before} before, {load_after} after")
+print()
+for n in notes:
+    print("note: " + n)
+if markdown:
+    md = ["| " + " | ".join(head) + " |", "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    md += ["| " + " | ".join(t) + " |" for t in table]
+    md += [""] + [f"- {n}" for n in notes]
+    with open(markdown, "w") as f:
+        f.write("\n".join(md) + "\n")
+    print(f"\nMarkdown written to {markdown}")
+EOF
+((rc == 0)) || { warn "building the table failed"; exit 1; }
+if ((${#FAILED[@]})); then
+    warn "failed: ${FAILED[*]}"
+    exit 1
+fi
