@@ -366,6 +366,15 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   bool peer_said_bye REMORA_GUARDED_BY(mu) = false;
   bool closed REMORA_GUARDED_BY(mu) = false;
 
+  // Read without mu by CqImpl::drive and arm, which then progress only the
+  // endpoints that have something: the shared transport queue of the
+  // current connection (null when it has its own queue or none; a queue
+  // outlives its connections), and whether progress() left work only
+  // another progress() does (an acknowledgement, reply or deferred
+  // operation the transport could not take yet).
+  std::atomic<backend::SharedQueue*> shared_queue{nullptr};
+  std::atomic<bool> owes_work{false};
+
   // Connection events.
   std::mutex ev_mu;
   std::condition_variable ev_cv;

@@ -68,8 +68,9 @@ class SharedQueue {
   virtual ~SharedQueue() = default;
   /// Read what the transport has, keep every entry for its connection, and
   /// append to `ready` the owner (Connection::set_owner) of each connection
-  /// that now has entries waiting. Returns the entries read, or a negative
-  /// error code.
+  /// of the group that has entries waiting (or owes the transport a call:
+  /// its poll() must run). Returns the entries read, or a negative error
+  /// code. Counts as this ProgressPass's read of the queue.
   virtual int pump(std::vector<void*>& ready) = 0;
   /// The group's wait fd (-1 for a queue created without one).
   virtual int wait_fd() const noexcept = 0;

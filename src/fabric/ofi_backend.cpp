@@ -11,6 +11,8 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -175,19 +177,7 @@ class OfiQueue final : public SharedQueue {
     return {};
   }
 
-  int pump(std::vector<void*>& ready) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    // A bounded number of batches: the caller comes back while the queue
-    // still cannot be slept on (try_wait).
-    int total = 0;
-    for (int i = 0; i < 16; ++i) {
-      const int rc = read_locked(nullptr, ready);
-      if (rc < 0) return total > 0 ? total : rc;
-      total += rc;
-      if (rc < 16) break;
-    }
-    return total;
-  }
+  int pump(std::vector<void*>& ready) override;
   int wait_fd() const noexcept override { return fd_; }
   bool try_wait() noexcept override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -376,24 +366,32 @@ class OfiConnection final : public Connection {
   const void* cm_id() const noexcept override { return &ep_->fid; }
 
   void* owner() const noexcept { return owner_; }
+  /// A note of a write with immediate data waits to be sent (poll() sends it).
+  bool owes_notes() const noexcept { return has_notes_.load(std::memory_order_relaxed); }
   std::deque<CqEntry> inbox;  // under the queue's lock
 
  private:
   // Send the notes of writes with immediate data that are still owed, in
   // order. False while one is still owed (the provider's queue is full).
   bool flush_notes() {
+    if (notes_.empty()) return true;
     while (!notes_.empty()) {
       static const std::uint8_t nothing = 0;
-      if (fi_injectdata(ep_, &nothing, 0, notes_.front(), 0) != 0) return false;
+      if (fi_injectdata(ep_, &nothing, 0, notes_.front(), 0) != 0) {
+        has_notes_.store(true, std::memory_order_relaxed);
+        return false;
+      }
       notes_.pop_front();
     }
+    has_notes_.store(false, std::memory_order_relaxed);
     return true;
   }
 
   std::shared_ptr<OfiQueue> queue_;
   fid_ep* ep_ = nullptr;
   void* owner_ = nullptr;
-  std::deque<std::uint64_t> notes_;  // immediate data of posted writes, not yet sent
+  std::deque<std::uint64_t> notes_;     // immediate data of posted writes, not yet sent
+  std::atomic<bool> has_notes_{false};  // notes_ not empty after a send failed (read by OfiQueue::pump)
 };
 
 void OfiQueue::route(const CqEntry& e, void* op_context, OfiConnection* self, std::vector<void*>& ready) {
@@ -428,6 +426,27 @@ int OfiQueue::read_locked(OfiConnection* self, std::vector<void*>& ready) {
   for (ssize_t i = 0; i < rc; ++i)
     route(CqEntry{e[i].op_context, translate(e[i].flags), e[i].len, e[i].data, 0}, e[i].op_context, self, ready);
   return static_cast<int>(rc);
+}
+
+int OfiQueue::pump(std::vector<void*>& ready) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // A bounded number of batches: the caller comes back while the queue
+  // still cannot be slept on (try_wait).
+  std::vector<void*> ignored;  // every owner with entries is reported below
+  int total = 0;
+  for (int i = 0; i < 16; ++i) {
+    const int rc = read_locked(nullptr, ignored);
+    if (rc < 0) {
+      if (total == 0) total = rc;
+      break;
+    }
+    total += rc;
+    if (rc < 16) break;
+  }
+  read_in_pass_ = ProgressPass::current();
+  for (OfiConnection* c : members_)
+    if ((!c->inbox.empty() || c->owes_notes()) && c->owner() != nullptr) ready.push_back(c->owner());
+  return total;
 }
 
 int OfiQueue::poll_for(OfiConnection* c, std::span<CqEntry> out) {

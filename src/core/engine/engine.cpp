@@ -50,6 +50,7 @@ Result<void> EndpointImpl::setup_connection(const std::shared_ptr<void>& request
   unacked.clear();
   conn = std::move(*c);
   conn->set_owner(this);  // identity in the shared queue's ready reports (Agent::look_at)
+  shared_queue.store(conn->shared_queue(), std::memory_order_relaxed);
   for (std::size_t i = 0; i < nrx; ++i) {
     rx[i].kind = OpSlot::Kind::recv_buffer;
     rx[i].buf = backend::Iov{rx_memory.data() + i * buf, buf, rx_key->desc()};
@@ -132,6 +133,7 @@ Result<void> EndpointImpl::post(const Operation& op, std::uint64_t cookie, PostF
   if (ep->zone->check) ep->zone->check->on_post(*ep, s, op);  // remora-check (docs/check.md)
   ep->order.push_back(*idx);
   if (auto r = ep->submit(*idx); !r) return r;
+  if (!ep->deferred.empty()) ep->owes_work.store(true, std::memory_order_relaxed);
   // Recorded only for a write the engine accepted: a flush may complete
   // locally behind it (Endpoint::flush), never behind a refused one.
   if (op.kind == OpSlot::Kind::write) {
@@ -353,6 +355,8 @@ int EndpointImpl::progress() {
     flush_replies();
     pump_deferred();
   }
+  owes_work.store(conn && (msgs_acked != msgs_handled || !pending_replies.empty() || !deferred.empty()),
+                  std::memory_order_relaxed);
   return total;
 }
 

@@ -117,17 +117,67 @@ std::vector<std::shared_ptr<EndpointImpl>>& live_sources(CqImpl& cq) {
 }
 }  // namespace
 
+namespace {
+// The shared transport queues of `eps` (each once), read now: `ready` gets
+// the endpoints that have entries waiting there, sorted.
+void read_shared_queues(CqImpl& cq, const std::vector<std::shared_ptr<EndpointImpl>>& eps, std::vector<void*>& ready) {
+  thread_local std::vector<backend::SharedQueue*> queues;
+  queues.clear();
+  ready.clear();
+  for (auto& ep : eps)
+    if (auto* q = ep->shared_queue.load(std::memory_order_relaxed)) queues.push_back(q);
+  if (queues.empty()) return;
+  std::sort(queues.begin(), queues.end());
+  queues.erase(std::unique(queues.begin(), queues.end()), queues.end());
+  {
+    std::shared_lock<std::shared_mutex> transport(cq.zone->transport_mu);
+    for (auto* q : queues) (void)q->pump(ready);
+  }
+  std::sort(ready.begin(), ready.end());
+}
+bool has_work(const EndpointImpl& ep, const std::vector<void*>& ready) {
+  return ep.owes_work.load(std::memory_order_relaxed) ||
+         std::binary_search(ready.begin(), ready.end(), static_cast<const void*>(&ep));
+}
+}  // namespace
+
 void CqImpl::drive() {
   backend::ProgressPass pass;  // each shared transport queue is read once
   auto& eps = live_sources(*this);
-  for (auto& ep : eps) ep->progress();
+  // Endpoints on shared transport queues are progressed only when the read
+  // of their queue left them something or they owe work: with thousands of
+  // connections feeding one queue, a poll no longer costs a progress call
+  // (a lock and a provider call) per connection.
+  thread_local std::vector<void*> ready;
+  read_shared_queues(*this, eps, ready);
+  for (auto& ep : eps)
+    if (ep->shared_queue.load(std::memory_order_relaxed) == nullptr || has_work(*ep, ready)) ep->progress();
   eps.clear();
 }
 
 bool CqImpl::arm() {
   auto& eps = live_sources(*this);
+  thread_local std::vector<void*> ready;
+  read_shared_queues(*this, eps, ready);
   bool ok = true;
-  for (auto& ep : eps) ok = ep->ready_to_sleep() && ok;
+  thread_local std::vector<backend::SharedQueue*> queues;
+  queues.clear();
+  for (auto& ep : eps) {
+    if (auto* q = ep->shared_queue.load(std::memory_order_relaxed)) {
+      // Something waiting for it: drive again rather than sleep.
+      if (has_work(*ep, ready)) ok = false;
+      queues.push_back(q);
+    } else {
+      ok = ep->ready_to_sleep() && ok;
+    }
+  }
+  std::sort(queues.begin(), queues.end());
+  queues.erase(std::unique(queues.begin(), queues.end()), queues.end());
+  if (!queues.empty()) {
+    // The queue's try-wait re-arms its fd (the same for all its connections).
+    std::shared_lock<std::shared_mutex> transport(zone->transport_mu);
+    for (auto* q : queues) ok = q->try_wait() && ok;
+  }
   eps.clear();
   return ok;
 }

@@ -118,6 +118,7 @@ void EndpointImpl::send_reply(const wire::Ctl& rep) {
   if (!conn || closed) return;
   pending_replies.push_back(rep);
   flush_replies();
+  if (!pending_replies.empty()) owes_work.store(true, std::memory_order_relaxed);
 }
 
 void EndpointImpl::flush_replies() {
