@@ -249,7 +249,7 @@ class OfiConnection final : public Connection {
   }
 
   SharedQueue* shared_queue() noexcept override { return queue_.get(); }
-  void set_owner(void* owner) noexcept override { owner_ = owner; }
+  void set_owner(void* owner) noexcept override { owner_.store(owner, std::memory_order_relaxed); }
 
   Result<void> connect(const std::string& host, std::uint16_t port, std::span<const std::uint8_t> pdata) override {
     addrinfo hints{};
@@ -365,7 +365,7 @@ class OfiConnection final : public Connection {
   bool try_wait() noexcept override { return notes_.empty() && queue_->try_wait_for(this); }
   const void* cm_id() const noexcept override { return &ep_->fid; }
 
-  void* owner() const noexcept { return owner_; }
+  void* owner() const noexcept { return owner_.load(std::memory_order_relaxed); }
   /// A note of a write with immediate data waits to be sent (poll() sends it).
   bool owes_notes() const noexcept { return has_notes_.load(std::memory_order_relaxed); }
   std::deque<CqEntry> inbox;  // under the queue's lock
@@ -389,7 +389,7 @@ class OfiConnection final : public Connection {
 
   std::shared_ptr<OfiQueue> queue_;
   fid_ep* ep_ = nullptr;
-  void* owner_ = nullptr;
+  std::atomic<void*> owner_{nullptr};   // read by the queue's readers of other threads
   std::deque<std::uint64_t> notes_;     // immediate data of posted writes, not yet sent
   std::atomic<bool> has_notes_{false};  // notes_ not empty after a send failed (read by OfiQueue::pump)
 };

@@ -324,6 +324,7 @@ void Agent::run() {
   constexpr auto kSweep = std::chrono::milliseconds(100);
   constexpr auto kSweepDriven = std::chrono::milliseconds(2);
   auto next_sweep = std::chrono::steady_clock::time_point{};
+  bool swept = false;  // this turn looked at every endpoint
   bool sweep = true;
   bool user_driven = false;  // at the last sweep (or since), some endpoint was driven by a user
   // After traffic woke it, the agent keeps polling for a short while before
@@ -397,6 +398,7 @@ void Agent::run() {
         if (!driven) eps.push_back(p);
         held.push_back(std::move(p));
       };
+      swept = sweep;
       if (sweep) {
         user_driven = false;
         queue_undriven.clear();
@@ -495,11 +497,21 @@ void Agent::run() {
     epoll_event out[64];
     // While users drive endpoints, look again soon (after about twice the
     // drive window) to take them back once the users stop polling.
-    timespec ts{0, user_driven ? 2'000'000 : 100'000'000};
+    // A sweep costs O(endpoints): with thousands of them (one user polling
+    // a queue they all feed, say) a sweep every 2 ms would keep the agent
+    // busy. So the next one comes no sooner than 20 times as long as this
+    // one took: sweeping stays under about 5% of the agent's time.
+    const auto before_sleep = std::chrono::steady_clock::now();
+    if (swept) next_sweep = std::max(next_sweep, before_sleep + 20 * (before_sleep - now_tp));
+    std::chrono::nanoseconds nap = std::chrono::milliseconds(100);
+    if (user_driven) nap = std::clamp<std::chrono::nanoseconds>(next_sweep - before_sleep, kSweepDriven, nap);
+    timespec ts{0, static_cast<long>(nap.count())};
     int n = epoll_pwait2(epfd_, out, 64, &ts, nullptr);
-    if (n < 0 && errno == ENOSYS) n = epoll_wait(epfd_, out, 64, user_driven ? 1 : 100);
+    if (n < 0 && errno == ENOSYS)
+      n = epoll_wait(epfd_, out, 64, static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(nap).count()));
     spinning = false;
-    if (n == 0) sweep = true;  // a timeout: look at everything once
+    // A timeout: look at everything once (when the sweep's cost allows).
+    if (n == 0 && std::chrono::steady_clock::now() >= next_sweep) sweep = true;
     for (int i = 0; i < n; ++i) {
       const std::uint64_t tag = out[i].data.u64;
       if (tag == kWakeTag) {
