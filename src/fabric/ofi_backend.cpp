@@ -301,14 +301,13 @@ class OfiConnection final : public Connection {
     return true;
   }
 
-  // A write with immediate data is a write followed by an empty message
-  // carrying the data. Natively, the data would arrive at the target as a
-  // completion with no operation context (the tcp provider consumes no
-  // receive for it), which a queue shared by several connections cannot
-  // give to the right one; a message lands in one of the connection's own
-  // receives. The connection is ordered (FI_ORDER_SAW), so the target sees
-  // the data before the message. The core treats an empty message of the
-  // write_imm kind exactly as it treats the native event.
+  // A write with immediate data is a write followed by a message carrying
+  // the data, whose 8-byte payload is the write's length (little-endian). Natively, the data would arrive at the target
+  // as a completion with no operation context (the tcp provider consumes no receive for it), which a queue shared by
+  // several connections cannot give to the right one; a message lands in one of the connection's own receives. The
+  // connection is ordered (FI_ORDER_SAW), so the target sees the data before the message. The core reports a message of
+  // the write_imm kind as it reports the native event, with the length the payload gives (the data's own length field
+  // stops at 16 MiB).
   int write(std::span<const Iov> iov, std::uint64_t raddr, std::uint64_t key, bool with_data, std::uint64_t data,
             OpSlotHeader* ctx) override {
     if (with_data && !flush_notes()) return -FI_EAGAIN;
@@ -319,7 +318,7 @@ class OfiConnection final : public Connection {
       // The write is posted: its note must follow it. One the provider
       // cannot take now is sent before anything else that could overtake
       // it (flush_notes, called by every later message and by poll()).
-      notes_.push_back(data);
+      notes_.push_back(Note{data, m.r.len});
       (void)flush_notes();
     }
     return rc;
@@ -376,8 +375,9 @@ class OfiConnection final : public Connection {
   bool flush_notes() {
     if (notes_.empty()) return true;
     while (!notes_.empty()) {
-      static const std::uint8_t nothing = 0;
-      if (fi_injectdata(ep_, &nothing, 0, notes_.front(), 0) != 0) {
+      std::uint8_t len[8];
+      for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(notes_.front().length >> (8 * i));
+      if (fi_injectdata(ep_, len, sizeof len, notes_.front().data, 0) != 0) {
         has_notes_.store(true, std::memory_order_relaxed);
         return false;
       }
@@ -389,8 +389,12 @@ class OfiConnection final : public Connection {
 
   std::shared_ptr<OfiQueue> queue_;
   fid_ep* ep_ = nullptr;
-  std::atomic<void*> owner_{nullptr};   // read by the queue's readers of other threads
-  std::deque<std::uint64_t> notes_;     // immediate data of posted writes, not yet sent
+  std::atomic<void*> owner_{nullptr};  // read by the queue's readers of other threads
+  struct Note {
+    std::uint64_t data;    // the write's immediate data (wire kind and all)
+    std::uint64_t length;  // the write's length
+  };
+  std::deque<Note> notes_;              // of posted writes, not yet sent
   std::atomic<bool> has_notes_{false};  // notes_ not empty after a send failed (read by OfiQueue::pump)
 };
 

@@ -648,6 +648,22 @@ TEST_F(Engine, WriteWithImmediateNoteAsAMessageConsumesAReceive) {
   EXPECT_EQ(got[0].imm, 0xBEEFu);
   EXPECT_EQ(got[0].length, 48u);
   EXPECT_EQ(raw.ep.state(), EndpointState::connected);
+  // A note whose payload gives the write's length (8 bytes, little-endian):
+  // that length, also beyond the 16 MiB the data's own field can carry.
+  Segment r2(w.tmr, 3000, 0);
+  ASSERT_OK(raw.ep.recv({&r2, 1}, 10));
+  const std::uint64_t big = (std::uint64_t{1} << 32) + 5;
+  std::uint8_t le[8];
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<std::uint8_t>(big >> (8 * i));
+  ASSERT_EQ(raw.peer.conn->inject(le, sizeof le, wire::write_imm_data(0xF00D, big)), 0);
+  w.settle();
+  got = w.take(w.tcq);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].cookie, 10u);
+  EXPECT_EQ(got[0].op, Opcode::recv_write_imm);
+  EXPECT_EQ(got[0].imm, 0xF00Du);
+  EXPECT_EQ(got[0].length, big);
+  EXPECT_EQ(raw.ep.state(), EndpointState::connected);
   expect_world_still_serves(w);
 }
 

@@ -173,3 +173,33 @@ TEST_F(SharedQueue, ClosingSomeConnectionsLeavesTheOthersServed) {
 }
 
 }  // namespace
+
+namespace {
+
+// The note of a write with immediate data carries the write's length, so a
+// write of 16 MiB or more (beyond the length field of the immediate data)
+// reports its own length at the target, as on verbs.
+TEST(SharedQueueNote, AWriteOfMoreThan16MiBReportsItsLength) {
+  constexpr std::size_t kBig = (std::size_t{16} << 20) + 4096;
+  PairOptions o;
+  o.target_size = kBig;
+  o.local_size = kBig;
+  Pair p(o);
+  std::memset(p.local_mem.data(), 0x5A, kBig);
+  Segment r(p.tmr, 0, 0);
+  ASSERT_OK(p.tep.recv({&r, 1}, 1));
+  Segment s(p.lmr, 0, kBig);
+  ASSERT_OK(p.iep.write_imm({&s, 1}, p.rr, 0, 0x1234, 2));
+  auto sent = collect(p.icq, 1);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_FALSE(sent[0].status) << describe(sent[0]);
+  auto got = collect(p.tcq, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_FALSE(got[0].status) << describe(got[0]);
+  EXPECT_EQ(got[0].op, Opcode::recv_write_imm);
+  EXPECT_EQ(got[0].imm, 0x1234u);
+  EXPECT_EQ(got[0].length, kBig);
+  EXPECT_EQ(p.target_mem[kBig - 1], 0x5A);
+}
+
+}  // namespace

@@ -22,17 +22,27 @@ void EndpointImpl::handle_message(RxSlot& rxs, const backend::CqEntry& e) {
       return;
     }
     case wire::write_imm: {
-      // The note of a write with immediate data, sent as an empty message
-      // right behind the write (the libfabric backend does so: a queue
-      // shared by several connections cannot place the native event, which
-      // has no operation context). The write's data was placed before it.
-      if (e.len != 0) return protocol_violation();
+      // The note of a write with immediate data, sent as a message right
+      // behind the write (the libfabric backend does so: a queue shared by
+      // several connections cannot place the native event, which has no
+      // operation context). The write's data was placed before it. Its
+      // payload is empty (the length is the one the data carries) or the
+      // write's length, 8 bytes little-endian; anything else breaks the
+      // protocol.
+      std::uint64_t length = wire::write_imm_length(e.data);
+      if (e.len == sizeof(std::uint64_t)) {
+        length = 0;
+        for (int i = 7; i >= 0; --i) length = (length << 8) | bytes[i];
+      } else if (e.len != 0) {
+        return protocol_violation();
+      } else if (length == wire::kLengthUnknown) {
+        length = 0;  // 16 MiB or more, and the note did not say
+      }
       Incoming in;
       in.write_imm = true;
       in.has_imm = true;
       in.imm = static_cast<std::uint32_t>(e.data);
-      const std::uint64_t carried = wire::write_imm_length(e.data);
-      in.length = carried == wire::kLengthUnknown ? 0 : carried;
+      in.length = length;
       deliver(std::move(in));
       ++msgs_handled;
       return;
