@@ -56,12 +56,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() {
-    python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
-}
+# shellcheck source=bench/common.sh
+source "$ROOT/bench/common.sh"
 
 run_env=(env LD_LIBRARY_PATH="$LIB" PMEM_IS_PMEM_FORCE=1)
 for ((rep = 1; rep <= REPS; rep++)); do
