@@ -32,18 +32,11 @@ class SharedQueue : public ::testing::Test {
   static constexpr int kConns = 12;
   static constexpr std::size_t kChunk = 256;
 
-  void SetUp() override {
-    target_mem.assign(kConns * kChunk, 0);
-    local_mem.assign(kConns * kChunk, 0);
-    fabric = MUST(Fabric::open({}));
-    tz = MUST(fabric.create_zone());
-    iz = MUST(fabric.create_zone());
-    tcq = MUST(tz.create_cq());
-    icq = MUST(iz.create_cq());
-    tmr = MUST(tz.register_memory(target_mem.data(), target_mem.size(), Access::all));
-    lmr = MUST(iz.register_memory(local_mem.data(), local_mem.size(), kLocal));
-    rr = MUST(tmr.remote());
-    lis = MUST(tz.listen("127.0.0.1", 0));
+  static PairOptions options() {
+    PairOptions o;
+    o.target_size = o.local_size = kConns * kChunk;
+    o.connect = false;  // the connections are this fixture's own
+    return o;
   }
 
   void connect_all() {
@@ -61,13 +54,15 @@ class SharedQueue : public ::testing::Test {
     }
   }
 
-  std::vector<std::uint8_t> target_mem, local_mem;
-  Fabric fabric;
-  ProtectionZone tz, iz;
-  CompletionQueue tcq, icq;
-  MemoryRegion tmr, lmr;
-  RemoteRegion rr;
-  Listener lis;
+  // The fabric, zones, queues, regions and listener of unit_support's Pair.
+  Pair p{options()};
+  std::vector<std::uint8_t>& target_mem = p.target_mem;
+  std::vector<std::uint8_t>& local_mem = p.local_mem;
+  ProtectionZone &tz = p.tz, &iz = p.iz;
+  CompletionQueue &tcq = p.tcq, &icq = p.icq;
+  MemoryRegion &tmr = p.tmr, &lmr = p.lmr;
+  RemoteRegion& rr = p.rr;
+  Listener& lis = p.lis;
   Endpoint tep[kConns], iep[kConns];
 };
 
