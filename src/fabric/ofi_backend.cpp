@@ -185,7 +185,12 @@ class OfiQueue final : public SharedQueue {
   }
 
   bool waitable() const noexcept { return waitable_; }
-  bool full() const noexcept { return members_.size() >= capacity_; }  // under the domain's lock
+  // Under the domain's lock; membership changes under mu_ (a connection
+  // leaves from any thread), so the count is read under it too.
+  bool full() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return members_.size() >= capacity_;
+  }
   fid_cq* cq() const noexcept { return cq_; }
   void notify(const std::vector<void*>& owners) const {
     if (notify_ != nullptr && *notify_)
@@ -225,7 +230,7 @@ class OfiQueue final : public SharedQueue {
   fid_cq* cq_ = nullptr;
   int fd_ = -1;
   std::mutex mu_;
-  std::set<OfiConnection*> members_;  // under mu_ (and, for full(), the domain's lock)
+  std::set<OfiConnection*> members_;  // under mu_
   std::uint64_t read_in_pass_ = 0;    // under mu_: the ProgressPass that last read the queue
 };
 
