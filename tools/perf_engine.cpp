@@ -487,6 +487,9 @@ class Issuer {
     std::uint64_t empty_polls = 0;
     std::uint64_t limit = iters;
     std::array<Completion, 64> comps;
+    // --wait: this thread drives the queue each time it wakes (poll()), so
+    // the zone's agent leaves the endpoints to it.
+    const auto asleep = wait_fd_ >= 0 ? cq_->sleeper() : CompletionQueue::Sleeper();
 
     while (done < limit || done < posted) {
       while (posted < limit && !free_slots.empty()) {

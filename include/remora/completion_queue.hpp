@@ -49,6 +49,33 @@ class CompletionQueue {
   /// by fd() calls before deciding to sleep again.
   std::size_t progress();
 
+  /// Held by a thread that sleeps on fd() (poll, epoll) and calls poll(),
+  /// wait() or progress() each time it wakes. While one is held, the zone's
+  /// agent leaves the progress of the queue's endpoints to that thread: a
+  /// completion is then made by the thread waiting for it, with one wake-up
+  /// instead of two (the agent's, then the waiter's). Work the transport's
+  /// descriptors do not announce (a reply made on another thread, a message
+  /// the transport could not take at once) is still done by the agent.
+  /// When the last one is dropped the agent takes the endpoints back (within
+  /// a few milliseconds). wait() holds one while it sleeps; so do
+  /// rpma_cq_wait and dat_evd_wait. Move-only.
+  class Sleeper {
+   public:
+    Sleeper() = default;
+    explicit Sleeper(std::shared_ptr<detail::CqImpl> impl);
+    Sleeper(Sleeper&& o) noexcept : impl_(std::move(o.impl_)) {}
+    Sleeper& operator=(Sleeper&& o) noexcept;
+    Sleeper(const Sleeper&) = delete;
+    Sleeper& operator=(const Sleeper&) = delete;
+    ~Sleeper();
+
+   private:
+    std::shared_ptr<detail::CqImpl> impl_;
+  };
+  /// A Sleeper for this queue (an empty one for an invalid queue, or a
+  /// queue whose fd() cannot be made: its waiters depend on the agent).
+  [[nodiscard]] Sleeper sleeper() const;
+
   const std::shared_ptr<detail::CqImpl>& impl() const noexcept { return impl_; }
 
  private:

@@ -175,6 +175,11 @@ struct CqImpl {
   // Until this steady-clock time (ns) a user thread polling this queue
   // drives the progress of its endpoints; the agent stands back.
   std::atomic<std::int64_t> user_until{0};
+  // Threads asleep on wait_fd() that drive the queue each time they wake
+  // (CompletionQueue::Sleeper, held by wait() and the faces' waits): while
+  // there is one, the agent stands back too, so a completion is made by the
+  // thread that waits for it, with one wake-up.
+  std::atomic<int> sleepers{0};
 
   void push(Completion c);
   std::size_t take(std::span<Completion> out);
@@ -188,6 +193,9 @@ struct CqImpl {
   /// between polls, and the agent keeps driving).
   void claim();
   bool claimed(std::int64_t now) const noexcept { return user_until.load(std::memory_order_relaxed) > now; }
+  /// A Sleeper is held: endpoints whose transport has a wait fd (it is in
+  /// this queue's epoll set, so it wakes the sleeper) are left to it.
+  bool slept_on() const noexcept { return sleepers.load(std::memory_order_relaxed) > 0; }
 };
 
 struct ListenerImpl {

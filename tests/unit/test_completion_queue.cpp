@@ -117,6 +117,46 @@ TEST(CompletionQueue, FdReadableWhileCompletionsAreQueuedOrTheTransportHasWork) 
   EXPECT_FALSE(readable(fd, 0));
 }
 
+TEST(CompletionQueue, ASleeperMakesTheCompletionsItWaitsFor) {
+  Pair p;
+  const int fd = p.icq.fd();
+  ASSERT_GE(fd, 0);
+  Completion c[4];
+  // Sleep on the fd until progress() made a completion on this thread.
+  auto until_progress = [&] {
+    const auto until = std::chrono::steady_clock::now() + kWait;
+    while (p.icq.progress() == 0 && std::chrono::steady_clock::now() < until)
+      (void)readable(fd, static_cast<int>(kWait.count()));
+    return p.icq.poll(c);
+  };
+  {
+    const auto asleep = p.icq.sleeper();
+    // The agent notices the sleeper when it next looks at the endpoint; a
+    // few round trips and a pause let it step back.
+    for (std::uint64_t i = 0; i < 3; ++i) {
+      ASSERT_OK(p.iep.flush(p.rr, 0, 8, FlushType::visibility, i));
+      ASSERT_EQ(until_progress(), 1u);
+    }
+    std::this_thread::sleep_for(30ms);
+    ASSERT_OK(p.iep.flush(p.rr, 0, 8, FlushType::visibility, 7));
+    ASSERT_TRUE(readable(fd, static_cast<int>(kWait.count()))) << "the transport did not wake the sleeper";
+    std::this_thread::sleep_for(50ms);
+    EXPECT_EQ(p.icq.size(), 0u) << "the agent made the completion while a thread slept on the queue";
+    ASSERT_EQ(until_progress(), 1u);
+    EXPECT_EQ(c[0].cookie, 7u);
+  }
+  // Dropped: the agent drives the endpoint again, with nobody polling
+  // (size() does not drive).
+  ASSERT_OK(p.iep.flush(p.rr, 0, 8, FlushType::visibility, 8));
+  const auto until = std::chrono::steady_clock::now() + kWait;
+  while (p.icq.size() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(p.icq.size(), 1u) << "the agent did not take the endpoint back";
+  ASSERT_EQ(p.icq.poll(c), 1u);
+  EXPECT_EQ(c[0].cookie, 8u);
+  // An invalid queue's sleeper is empty and harmless.
+  { const auto none = CompletionQueue().sleeper(); }
+}
+
 TEST(CompletionQueue, FdClearedByWaitAndRaisedByFlushedPosts) {
   {  // FdTakenByWaitIsCleared
     Pair p;

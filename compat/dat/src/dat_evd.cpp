@@ -421,8 +421,14 @@ DAT_RETURN dat_evd_wait(DAT_EVD_HANDLE h, DAT_TIMEOUT timeout, DAT_COUNT thresho
     auto fds = wait_fds(*e);
     auto left = forever ? std::chrono::microseconds(50000)
                         : std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
-    lock.unlock();
-    sleep_on(fds, left);
+    {
+      // This thread drives the queues when it wakes (collect): the zones'
+      // agents leave their endpoints to it while it sleeps.
+      std::vector<remora::CompletionQueue::Sleeper> asleep;
+      for (auto& [zid, cq] : e->cqs) asleep.push_back(cq->sleeper());
+      lock.unlock();
+      sleep_on(fds, left);
+    }
     lock.lock();
     drain_efd(*e);
   }

@@ -392,6 +392,10 @@ int rpma_conn_wait(struct rpma_conn* conn, int flags, struct rpma_cq** cq, bool*
   if (conn == nullptr || cq == nullptr) return RPMA_E_INVAL;
   if (!conn->shared) return RPMA_E_NOT_SHARED_CHNL;
   const bool nonblocking = is_nonblocking(conn->compl_fd);
+  // Woken, this thread drives the queues (progress()): the zone's agent
+  // leaves their endpoints to it while it waits.
+  const auto asleep = conn->cq->cq.sleeper();
+  const auto asleep_rcq = conn->rcq ? conn->rcq->cq.sleeper() : remora::CompletionQueue::Sleeper();
   for (;;) {
     if (conn->cq->cq.progress() > 0) {
       *cq = conn->cq;
@@ -616,6 +620,7 @@ int rpma_cq_wait(struct rpma_cq* cq) {
   if (cq == nullptr) return RPMA_E_INVAL;
   if (cq->shared) return RPMA_E_SHARED_CHANNEL;
   const bool nonblocking = is_nonblocking(cq->watch_fd);
+  const auto asleep = nonblocking ? remora::CompletionQueue::Sleeper() : cq->cq.sleeper();
   for (;;) {
     // progress(): the descriptor also wakes when a connection's transport
     // has something; the completion it carries is made here, on this thread.

@@ -316,6 +316,11 @@ void Agent::run() {
   // them back once they stop), as a safety net and to follow the users'
   // claims.
   std::vector<const EndpointImpl*> fired, hot, look;
+  // Endpoints whose transport entries the agent itself read out of a shared
+  // queue (or that another thread reported so, look_at): the queue's fd no
+  // longer wakes whoever drives them, so the agent progresses them even when
+  // a user drives them.
+  std::vector<const EndpointImpl*> taken;
   // Shared transport queues whose fd woke the agent, or that could not be
   // slept on after the last turn: read (pumped) at the start of the next.
   std::vector<backend::SharedQueue*> queues_to_pump, pumped;
@@ -372,7 +377,10 @@ void Agent::run() {
       for (auto* q : pumped) {
         ready.clear();
         if (q->pump(ready) > 0) ++work;
-        for (void* o : ready) fired.push_back(static_cast<const EndpointImpl*>(o));
+        for (void* o : ready) {
+          fired.push_back(static_cast<const EndpointImpl*>(o));
+          taken.push_back(static_cast<const EndpointImpl*>(o));
+        }
       }
     }
     // Every endpoint looked at stays referenced until the lock is released:
@@ -380,13 +388,20 @@ void Agent::run() {
     {
       const std::int64_t now = now_tp.time_since_epoch().count();
       MutexLock lock(mu_);
-      // Endpoints a user thread is polling are left to it: their fds leave
-      // the epoll set so the agent neither competes for them nor wakes for
-      // them.
+      // Endpoints a user thread is polling or sleeping on are left to it:
+      // their fds leave the epoll set so the agent neither competes for them
+      // nor wakes for them. New endpoints and those another thread reported
+      // (look_at) count as taken: the agent looks at them itself.
+      taken.insert(taken.end(), fresh_.begin(), fresh_.end());
+      std::sort(taken.begin(), taken.end());
       auto consider = [&](const EndpointImpl* raw, Watched& w) {
         auto p = w.ep.lock();
         if (!p) return;
-        const bool driven = p->send_cq->claimed(now) || p->recv_cq->claimed(now);
+        // A thread asleep on a queue's fd (CompletionQueue::Sleeper) wakes
+        // for this endpoint only if its transport has a wait fd.
+        const bool wakes_sleeper = w.fd >= 0 || (w.queue != nullptr && w.queue->wait_fd() >= 0);
+        const bool driven = p->send_cq->claimed(now) || p->recv_cq->claimed(now) ||
+                            (wakes_sleeper && (p->send_cq->slept_on() || p->recv_cq->slept_on()));
         if (w.fd >= 0 && driven == w.armed) {
           set_armed(w.fd, raw, !driven);
           w.armed = !driven;
@@ -395,7 +410,10 @@ void Agent::run() {
         // drive every endpoint on it (decided at each sweep, below).
         if (w.queue != nullptr && !driven) queue_undriven[w.queue] = true;
         user_driven |= driven;
-        if (!driven) eps.push_back(p);
+        // Work no descriptor announces any more is the agent's even then.
+        if (!driven || p->owes_work.load(std::memory_order_relaxed) ||
+            std::binary_search(taken.begin(), taken.end(), raw))
+          eps.push_back(p);
         held.push_back(std::move(p));
       };
       swept = sweep;
@@ -450,6 +468,7 @@ void Agent::run() {
     }
     held.clear();
     fired.clear();
+    taken.clear();
     hot.clear();
     if (stop_) break;
     backend::ProgressPass pass;  // each shared transport queue is read once this turn

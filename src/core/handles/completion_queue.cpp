@@ -134,6 +134,17 @@ void read_shared_queues(CqImpl& cq, const std::vector<std::shared_ptr<EndpointIm
     for (auto* q : queues) (void)q->pump(ready);
   }
   std::sort(ready.begin(), ready.end());
+  // Entries kept for endpoints that feed other queues: the read took them
+  // out of the transport, so its fd no longer wakes whoever drives those;
+  // the agent progresses them.
+  if (ready.empty()) return;
+  thread_local std::vector<const void*> ours;
+  ours.clear();
+  for (auto& ep : eps) ours.push_back(ep.get());
+  std::sort(ours.begin(), ours.end());
+  for (void* o : ready)
+    if (!std::binary_search(ours.begin(), ours.end(), static_cast<const void*>(o)))
+      cq.zone->agent->look_at(static_cast<const EndpointImpl*>(o));
 }
 bool has_work(const EndpointImpl& ep, const std::vector<void*>& ready) {
   return ep.owes_work.load(std::memory_order_relaxed) ||
@@ -184,6 +195,35 @@ bool CqImpl::arm() {
 
 }  // namespace detail
 
+CompletionQueue::Sleeper::Sleeper(std::shared_ptr<detail::CqImpl> impl) : impl_(std::move(impl)) {
+  if (impl_) impl_->sleepers.fetch_add(1, std::memory_order_relaxed);
+}
+
+CompletionQueue::Sleeper& CompletionQueue::Sleeper::operator=(Sleeper&& o) noexcept {
+  if (this != &o) {
+    Sleeper gone(std::move(*this));  // released at the end of this scope
+    impl_ = std::move(o.impl_);
+  }
+  return *this;
+}
+
+CompletionQueue::Sleeper::~Sleeper() {
+  if (!impl_) return;
+  // The thread was driving until now: the agent takes the endpoints back
+  // after the usual window, not in the middle of the thread's next poll.
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  impl_->user_until.store((now + std::chrono::nanoseconds(detail::kUserDriveWindow)).count(),
+                          std::memory_order_relaxed);
+  impl_->sleepers.fetch_sub(1, std::memory_order_relaxed);
+}
+
+CompletionQueue::Sleeper CompletionQueue::sleeper() const {
+  // In a busy-polling zone the transports have no descriptors to wake a
+  // sleeper: the agent must keep driving.
+  if (!impl_ || impl_->zone->busy_poll || impl_->wait_fd() < 0) return Sleeper();
+  return Sleeper(impl_);
+}
+
 std::size_t CompletionQueue::poll(std::span<Completion> out) {
   if (!impl_ || out.empty()) return 0;
   impl_->claim();
@@ -202,6 +242,9 @@ Result<std::size_t> CompletionQueue::wait(std::span<Completion> out, std::chrono
   // on the wait descriptor, which wakes it for their transports' work; the
   // agent keeps driving them too.
   const int fd = impl_->zone->busy_poll ? -1 : impl_->wait_fd();
+  // Asleep on the descriptor, this thread drives the endpoints when it
+  // wakes: the agent leaves them to it meanwhile.
+  const Sleeper asleep = fd >= 0 ? Sleeper(impl_) : Sleeper();
   for (;;) {
     if (impl_->zone->busy_poll) impl_->claim();
     if (std::size_t n = impl_->take(out); n > 0) return n;
