@@ -129,7 +129,13 @@ std::size_t connections_per_queue() {
     if (v == nullptr || *v == '\0') return std::size_t{64};
     char* end = nullptr;
     unsigned long x = std::strtoul(v, &end, 10);
-    if (end == v || *end != '\0' || x == 0) return std::size_t{64};
+    if (end == v || *end != '\0' || x == 0) {
+      std::fprintf(stderr,
+                   "remora: REMORA_TCP_QUEUE_SHARING=\"%s\" is not a positive number; using 64 connections per "
+                   "queue\n",
+                   v);
+      return std::size_t{64};
+    }
     return static_cast<std::size_t>(std::min<unsigned long>(x, 1u << 20));
   }();
   return n;

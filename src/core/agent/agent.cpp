@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <unordered_set>
 
 #include "core/impl.hpp"
 
@@ -190,14 +191,10 @@ void Agent::add(const std::shared_ptr<EndpointImpl>& ep, int fd, backend::Shared
       ev.data.u64 = tag_of(queue);
       epoll_ctl(epfd_, EPOLL_CTL_ADD, qfd, &ev);
       wq.armed = true;
-    } else if (!wq.armed && qfd >= 0) {
+    } else if (!wq.armed) {
       // A new endpoint nobody drives yet: the agent listens again (the next
       // sweep decides anew).
-      epoll_event ev{};
-      ev.events = EPOLLIN;
-      ev.data.u64 = tag_of(queue);
-      epoll_ctl(epfd_, EPOLL_CTL_MOD, qfd, &ev);
-      wq.armed = true;
+      set_queue_armed(queue, wq, true);
     }
     wq.all_driven = false;
     endpoints_[ep.get()] = Watched{ep, -1, false, queue};
@@ -325,7 +322,7 @@ void Agent::run() {
   // slept on after the last turn: read (pumped) at the start of the next.
   std::vector<backend::SharedQueue*> queues_to_pump, pumped;
   std::vector<void*> ready;
-  std::unordered_map<backend::SharedQueue*, bool> queue_undriven;  // per sweep
+  std::unordered_set<backend::SharedQueue*> queue_undriven;  // queues with an undriven endpoint, per turn
   constexpr auto kSweep = std::chrono::milliseconds(100);
   constexpr auto kSweepDriven = std::chrono::milliseconds(2);
   auto next_sweep = std::chrono::steady_clock::time_point{};
@@ -408,7 +405,7 @@ void Agent::run() {
         }
         // A shared queue's fd is left out of the set only while users
         // drive every endpoint on it (decided at each sweep, below).
-        if (w.queue != nullptr && !driven) queue_undriven[w.queue] = true;
+        if (w.queue != nullptr && !driven) queue_undriven.insert(w.queue);
         user_driven |= driven;
         // Work no descriptor announces any more is the agent's even then.
         if (!driven || p->owes_work.load(std::memory_order_relaxed) ||
@@ -449,9 +446,9 @@ void Agent::run() {
       fresh_.clear();
       // An endpoint nobody drives on a queue left out of the set: the agent
       // listens to that queue again at once.
-      for (auto& [q, undriven] : queue_undriven) {
+      for (auto* q : queue_undriven) {
         auto it = queues_.find(q);
-        if (undriven && it != queues_.end() && !it->second.armed) set_queue_armed(q, it->second, true);
+        if (it != queues_.end() && !it->second.armed) set_queue_armed(q, it->second, true);
       }
       queue_undriven.clear();
       // The connection-management fd of some providers (tcp) also turns
