@@ -294,6 +294,28 @@ void add_batch(Row& r, const Batch& b) {
   r.ops += b.ops;
 }
 
+/// Latency rows: `one()` does one operation and waits for it; each is timed
+/// on its own, after a warm-up of a quarter of the duration, and every
+/// repetition adds its p50 and p99 to `r`.
+template <typename F>
+void measure_latency(Row& r, double duration, unsigned reps, F&& one) {
+  std::vector<double> samples;
+  auto timed_ones = [&](std::uint64_t n) {
+    for (std::uint64_t i = 0; i < n; ++i) {
+      const auto t0 = Clock::now();
+      one();
+      samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    }
+  };
+  timed(duration / 4, 64, timed_ones);
+  for (unsigned rep = 0; rep < reps; ++rep) {
+    samples.clear();
+    add_batch(r, timed(duration, 64, timed_ones));
+    r.p50_us.push_back(percentile(samples, 0.50));
+    r.p99_us.push_back(percentile(samples, 0.99));
+  }
+}
+
 // ---------------------------------------------------------------- child protocol
 //
 // Parent and child talk over a socketpair in messages of a 4-byte length and
@@ -535,22 +557,10 @@ void run_cma(const Config& cfg, Output& out) {
   {
     std::memset(src.data(), fill_byte(kLatencySize), kLatencySize);
     Row r{"cma", "write_lat", kLatencySize, 1, "", {}, {}, {}, {}, 0};
-    std::vector<double> samples;
-    auto timed_writes = [&](std::uint64_t n) {
-      for (std::uint64_t i = 0; i < n; ++i) {
-        const auto t0 = Clock::now();
-        if (const int e = write_once(kLatencySize); e != 0)
-          throw Error(std::string("process_vm_writev: ") + std::strerror(e));
-        samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-      }
-    };
-    timed(cfg.duration_s / 4, 64, timed_writes);
-    for (unsigned rep = 0; rep < cfg.reps; ++rep) {
-      samples.clear();
-      add_batch(r, timed(cfg.duration_s, 64, timed_writes));
-      r.p50_us.push_back(percentile(samples, 0.50));
-      r.p99_us.push_back(percentile(samples, 0.99));
-    }
+    measure_latency(r, cfg.duration_s, cfg.reps, [&] {
+      if (const int e = write_once(kLatencySize); e != 0)
+        throw Error(std::string("process_vm_writev: ") + std::strerror(e));
+    });
     child.check(kLatencySize, fill_byte(kLatencySize));
     out.row(r);
   }
@@ -860,23 +870,11 @@ void run_shm(const Config& cfg, Output& out) {
     const bool delivery = !refused;
     std::memset(src.data(), fill_byte(kLatencySize), kLatencySize);
     Row r{"libfabric-shm", "write_lat", kLatencySize, 1, delivery ? "delivery" : "default", {}, {}, {}, {}, 0};
-    std::vector<double> samples;
     fi_context ctx{};
-    auto one_at_a_time = [&](std::uint64_t n) {
-      for (std::uint64_t i = 0; i < n; ++i) {
-        const auto t0 = Clock::now();
-        while (!writer.post(kLatencySize, delivery, &ctx)) ep->poll();
-        writer.complete(1);
-        samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-      }
-    };
-    timed(cfg.duration_s / 4, 64, one_at_a_time);
-    for (unsigned rep = 0; rep < cfg.reps; ++rep) {
-      samples.clear();
-      add_batch(r, timed(cfg.duration_s, 64, one_at_a_time));
-      r.p50_us.push_back(percentile(samples, 0.50));
-      r.p99_us.push_back(percentile(samples, 0.99));
-    }
+    measure_latency(r, cfg.duration_s, cfg.reps, [&] {
+      while (!writer.post(kLatencySize, delivery, &ctx)) ep->poll();
+      writer.complete(1);
+    });
     if (!delivery) usleep(100000);
     child.check(kLatencySize, fill_byte(kLatencySize));
     out.row(r);
