@@ -215,8 +215,8 @@ Peer::~Peer() {
   if (pidfd_ >= 0) ::close(pidfd_);
 }
 
-Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, std::uint64_t total,
-                             std::uint64_t raddr, std::uint64_t key) {
+Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, std::uint64_t total, std::uint64_t raddr,
+                             std::uint64_t key) {
   // The pid names the peer only while it lives (a pid is reused once its
   // process is reaped): its pidfd turns readable when it exits.
   pollfd pf{pidfd_, POLLIN, 0};
@@ -272,8 +272,8 @@ Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, st
     }
     iovec riov{reinterpret_cast<void*>(raddr), total};
     errno = 0;
-    const ssize_t moved = write ? ::process_vm_writev(pid_, liov, n, &riov, 1, 0)
-                                : ::process_vm_readv(pid_, liov, n, &riov, 1, 0);
+    const ssize_t moved =
+        write ? ::process_vm_writev(pid_, liov, n, &riov, 1, 0) : ::process_vm_readv(pid_, liov, n, &riov, 1, 0);
     const int err = errno;
     found->inflight.fetch_sub(1, std::memory_order_seq_cst);
     if (moved == static_cast<ssize_t>(total)) return Outcome::done;

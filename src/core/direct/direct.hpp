@@ -110,8 +110,8 @@ class Peer {
  public:
   /// Open the table the peer offered (its pid and the table's fd number in
   /// its process). Null, with `why` set, when that is not possible here.
-  static std::unique_ptr<Peer> open(std::uint64_t pid, std::uint64_t fd, std::uint64_t boot_hash,
-                                    std::uint64_t pidns, std::string& why);
+  static std::unique_ptr<Peer> open(std::uint64_t pid, std::uint64_t fd, std::uint64_t boot_hash, std::uint64_t pidns,
+                                    std::string& why);
   ~Peer();
   Peer(const Peer&) = delete;
   Peer& operator=(const Peer&) = delete;
