@@ -299,11 +299,35 @@ int check(const std::string& provider) {
     }
     out.push_back(f);
   }
+  // The same-host direct path (docs/design.md, "Same-host direct path"):
+  // RMA between processes of this host by cross-memory attach, which needs
+  // ptrace rights over the peer (pidfd_getfd, process_vm_writev/readv).
   const std::string scope = read_first_line("/proc/sys/kernel/yama/ptrace_scope");
-  out.push_back({'o',
-                 "same-host backend: none in this version, every connection uses libfabric" +
-                     (scope.empty() ? std::string() : " (kernel.yama.ptrace_scope = " + scope + ")"),
-                 ""});
+  const char* samehost = std::getenv("REMORA_SAMEHOST");
+  const bool direct_on = samehost != nullptr && std::string_view(samehost) == "1";
+  const std::string scope_note = scope.empty() ? std::string() : " (kernel.yama.ptrace_scope = " + scope + ")";
+  if (!direct_on) {
+    out.push_back(
+        {'o',
+         "same-host direct path: off (REMORA_SAMEHOST=1 turns it on); every connection uses libfabric" + scope_note,
+         ""});
+  } else if (scope == "3") {
+    out.push_back(
+        {'w', "same-host direct path: on, but the kernel forbids it" + scope_note + ": every connection uses libfabric",
+         "ptrace_scope 3 cannot be lowered until reboot; boot with kernel.yama.ptrace_scope <= 1"});
+  } else if (scope == "2") {
+    out.push_back({'w', "same-host direct path: on, but only processes with CAP_SYS_PTRACE may use it" + scope_note,
+                   "sysctl kernel.yama.ptrace_scope=1 (then a process reaches its descendants and peers of one user "
+                   "that allow it), or 0"});
+  } else if (scope == "1") {
+    out.push_back({'o',
+                   "same-host direct path: on; the kernel allows it only towards a process's descendants (or with "
+                   "CAP_SYS_PTRACE)" +
+                       scope_note + ", other peers use libfabric",
+                   ""});
+  } else {
+    out.push_back({'o', "same-host direct path: on (REMORA_SAMEHOST=1) towards peers of this user" + scope_note, ""});
+  }
   std::size_t errors = 0, warnings = 0;
   for (const auto& f : out) {
     const char* tag = f.level == 'o' ? "ok  " : f.level == 'w' ? "warn" : "FAIL";

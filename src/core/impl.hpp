@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "check/check.hpp"
+#include "core/direct/direct.hpp"
 #include "core/protocol/wire.hpp"
 #include "core/sync.hpp"
 #include "fabric/backend.hpp"
@@ -112,6 +113,13 @@ struct ZoneImpl : std::enable_shared_from_this<ZoneImpl> {
   Mutex rng_mu;
   std::mt19937_64 rng REMORA_GUARDED_BY(rng_mu){std::random_device{}()};
   std::uint64_t random_key();
+
+  // Same-host direct path (docs/design.md, "Same-host direct path"): the
+  // zone's region table, which same-host peers map; null when the path is
+  // off (REMORA_SAMEHOST unset, the in-memory transport) or the table could
+  // not be made (`direct_why_not` says why). Set at creation, then constant.
+  std::unique_ptr<direct::Table> direct;
+  std::string direct_why_not;
 };
 
 struct RegionImpl : std::enable_shared_from_this<RegionImpl> {
@@ -136,6 +144,7 @@ struct RegionImpl : std::enable_shared_from_this<RegionImpl> {
   std::unique_ptr<backend::MemoryKey> mkey;
   std::uint64_t key = 0;
   bool registered = false;  // listed in zone->regions
+  int direct_slot = -1;     // its entry in zone->direct, or -1
   // Set for ProtectionZone::map_file regions.
   struct pmem2_map* map = nullptr;
   void (*persist_fn)(const void*, std::size_t) = nullptr;
@@ -373,6 +382,13 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
                                last_write_len REMORA_GUARDED_BY(mu) = 0;
   bool peer_said_bye REMORA_GUARDED_BY(mu) = false;
   bool closed REMORA_GUARDED_BY(mu) = false;
+  // Same-host direct path: the peer zone's region table, mapped once its
+  // offer was accepted (null: everything goes over the transport), and why
+  // it is not used when it is not (diagnostics).
+  std::unique_ptr<direct::Peer> direct_peer REMORA_GUARDED_BY(mu);
+  std::string direct_why_not REMORA_GUARDED_BY(mu);
+  // Operations placed by the direct path (tests look at it).
+  std::atomic<std::uint64_t> direct_ops{0};
 
   // Read without mu by CqImpl::drive and arm, which then progress only the
   // endpoints that have something: the shared transport queue of the
@@ -428,6 +444,14 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// Tell the peer this side disconnects on purpose (it then reports
   /// `disconnected` rather than `lost`).
   void say_goodbye() noexcept REMORA_REQUIRES(mu);
+  /// Same-host direct path: offer the zone's region table to the peer (an
+  /// injected op_direct_offer, no slot, no completion), once connected.
+  void offer_direct() noexcept REMORA_REQUIRES(mu);
+  /// The peer's offer: map its table if it is on this host.
+  void accept_direct_offer(const wire::Ctl& offer) REMORA_REQUIRES(mu);
+  /// Place `s` (a write without immediate data, or a read) by the direct
+  /// path if it can be: true when `s` is finished (completed or failed).
+  bool try_direct(OpSlot& s) REMORA_REQUIRES(mu);
   /// Handle every completion the transport already has.
   void drain() REMORA_REQUIRES(mu);
   void repost(RxSlot& rxs) REMORA_REQUIRES(mu);

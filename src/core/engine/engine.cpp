@@ -48,6 +48,8 @@ Result<void> EndpointImpl::setup_connection(const std::shared_ptr<void>& request
   rx = std::vector<RxSlot>(nrx);
   msgs_posted = peer_handled = msgs_handled = msgs_acked = 0;
   unacked.clear();
+  direct_peer.reset();
+  direct_why_not.clear();
   conn = std::move(*c);
   conn->set_owner(this);  // identity in the shared queue's ready reports (Agent::look_at)
   shared_queue.store(conn->shared_queue(), std::memory_order_relaxed);
@@ -202,12 +204,43 @@ Result<void> EndpointImpl::submit(std::uint32_t index) {
     complete(s, {});
     return {};
   }
+  if (try_direct(s)) return {};
   if (int rc = post_slot(s); rc) {
     order.pop_back();  // posted last, reported never
     release_slot(index);
     return error_from_post(rc);
   }
   return {};
+}
+
+bool EndpointImpl::try_direct(OpSlot& s) {
+  // docs/design.md, "Same-host direct path". Only with nothing of this
+  // endpoint in flight or waiting: the operation is placed now, so every
+  // earlier one must be complete for the ordering guarantees to hold.
+  if (!direct_peer || in_flight != 0 || !deferred.empty()) return false;
+  const bool write = s.kind == OpSlot::Kind::write;
+  if (write ? s.with_data : s.kind != OpSlot::Kind::read) return false;
+  if (s.done.length == 0) return false;  // nothing to place: the transport's rules apply
+  switch (direct_peer->transfer(write, {s.iov, s.iov_count}, s.done.length, s.raddr, s.rkey)) {
+    case direct::Peer::Outcome::done:
+      if (s.check) zone->check->on_take(*this, s);
+      direct_ops.fetch_add(1, std::memory_order_relaxed);
+      complete(s, {});
+      return true;
+    case direct::Peer::Outcome::refused:
+      // What the target's refusal over the transport gives: remote_access,
+      // and the connection ends (the peer sees it lost).
+      if (s.check) zone->check->on_take(*this, s);
+      direct_ops.fetch_add(1, std::memory_order_relaxed);
+      fail(&s, make_error_code(Errc::remote_access), ConnectionEventType::lost);
+      return true;
+    case direct::Peer::Outcome::broken:
+      direct_why_not = "the peer can no longer be reached directly (EPERM, ESRCH or exited)";
+      direct_peer.reset();
+      return false;
+    case direct::Peer::Outcome::tcp: return false;
+  }
+  return false;
 }
 
 void EndpointImpl::pump_deferred() {
@@ -403,6 +436,7 @@ void EndpointImpl::on_cm_event(backend::CmEvent& ev) {
         user.assign(h->user.begin(), h->user.end());
       }
       state = EndpointState::connected;
+      offer_direct();
       push_event(ConnectionEvent{ConnectionEventType::established, std::move(user)});
       pump_deferred();
       return;
@@ -470,6 +504,7 @@ void EndpointImpl::drop_connection() noexcept {
       state = EndpointState::disconnected;
     c = std::move(conn);
     receives.unmatched.clear();
+    direct_peer.reset();
     peer_said_bye = false;
     peer_max_message = 0;
   }

@@ -43,6 +43,10 @@ Result<ProtectionZone> Fabric::create_zone(const ZoneOptions& options) {
   zone->busy_poll = impl_->options.busy_poll;
   zone->check = impl_->check.get();
   zone->key_mask = options.key_bits == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << options.key_bits) - 1;
+  // The same-host direct path, off unless REMORA_SAMEHOST=1; never on the
+  // in-memory transport, whose tests decide when each operation lands.
+  if (impl_->options.provider != "mem" && detail::direct::enabled_by_environment())
+    zone->direct = detail::direct::Table::create(zone->direct_why_not);
   zone->agent = std::make_shared<detail::Agent>(zone.get(), zone->busy_poll);
   // Entries a connection's poll read from a shared transport queue for
   // other connections: the agent looks at those (the zone, and so the agent,

@@ -17,6 +17,11 @@ void RegionImpl::close() noexcept {
     std::unique_lock<std::shared_mutex> lock(zone->regions_mu);
     zone->regions.erase(key);
   }
+  // Same-host peers: revoked in the table, and every direct transfer to the
+  // region already under way waited for (bounded: docs/design.md,
+  // "Same-host direct path").
+  if (direct_slot >= 0) zone->direct->remove(direct_slot);
+  direct_slot = -1;
   // A peer's write-back already running finishes first; any later one sees
   // `closed` and touches nothing.
   { std::lock_guard<std::mutex> wait(persist_mu); }

@@ -60,6 +60,11 @@ Result<std::shared_ptr<RegionImpl>> register_region(const std::shared_ptr<ZoneIm
     zone->regions[r->key] = r.get();
     r->registered = true;
   }
+  // Same-host peers check their direct transfers against this table
+  // (docs/design.md, "Same-host direct path"); a full table leaves the
+  // region to the transport.
+  if (r->registered && zone->direct)
+    r->direct_slot = zone->direct->add(r->key, reinterpret_cast<std::uint64_t>(addr), len, access);
   return r;
 }
 

@@ -3,6 +3,8 @@
 // (atomic write, flush, goodbye), replies, receive acknowledgements, and the
 // end of a connection whose peer breaks the protocol. Runs with the
 // endpoint's `mu` held, inside EndpointImpl::progress.
+#include <unistd.h>
+
 #include <cstring>
 
 #include "core/impl.hpp"
@@ -80,6 +82,7 @@ void EndpointImpl::handle_request(const wire::Ctl& req) {
     peer_said_bye = true;
     return;
   }
+  if (req.op == wire::op_direct_offer) return accept_direct_offer(req);  // not answered
   wire::Ctl rep = req;
   rep.status = static_cast<std::uint16_t>(Errc::remote_access);
   {
@@ -187,6 +190,30 @@ void EndpointImpl::handle_reply(const wire::Ctl& rep) {
   if (rep.status == static_cast<std::uint16_t>(Errc::io_error)) why = Errc::io_error;
   if (rep.status == static_cast<std::uint16_t>(Errc::not_supported)) why = Errc::not_supported;
   fail(&s, make_error_code(why), ConnectionEventType::lost);
+}
+
+void EndpointImpl::offer_direct() noexcept {
+  if (!zone->direct || !conn) return;
+  const direct::Identity& me = direct::identity();
+  wire::Ctl offer = wire::make_ctl(wire::op_direct_offer, static_cast<std::uint64_t>(::getpid()),
+                                   static_cast<std::uint64_t>(zone->direct->fd()), me.boot_hash);
+  offer.value = me.pidns;
+  offer.token = ~std::uint64_t{0};  // names no slot: an old peer's not_supported answer is ignored
+  // Injected like the goodbye: no slot, no completion. Lost (-EAGAIN): the
+  // connection simply stays on the transport.
+  if (conn->inject(&offer, sizeof offer, wire::data(wire::ctl_request)) != 0)
+    direct_why_not = "the offer could not be sent";
+}
+
+void EndpointImpl::accept_direct_offer(const wire::Ctl& offer) {
+  if (!zone->direct) {
+    direct_why_not = "the direct path is off in this zone (REMORA_SAMEHOST)";
+    return;
+  }
+  if (direct_peer) return;  // one offer per connection
+  std::string why;
+  direct_peer = direct::Peer::open(offer.key, offer.addr, offer.len, offer.value, why);
+  direct_why_not = direct_peer ? std::string() : why;
 }
 
 void EndpointImpl::say_goodbye() noexcept {

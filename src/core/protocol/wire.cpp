@@ -31,7 +31,8 @@ CtlCheck parse_ctl(std::span<const std::uint8_t> bytes, Ctl& out) {
   if (out.magic != kCtlMagic) return CtlCheck::malformed;
   switch (out.op) {
     case op_atomic_write:
-    case op_bye: return CtlCheck::ok;
+    case op_bye:
+    case op_direct_offer: return CtlCheck::ok;
     case op_flush:
       return out.flush_type <= static_cast<std::uint8_t>(FlushType::persistent) ? CtlCheck::ok
                                                                                 : CtlCheck::unknown_flush;

@@ -1,0 +1,286 @@
+// The same-host direct path: the owner's region table and the initiator's
+// checked cross-memory transfers (docs/design.md, "Same-host direct path").
+#include "core/direct/direct.hpp"
+
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+namespace remora::detail::direct {
+namespace {
+
+std::uint64_t mix(std::uint64_t k) noexcept {
+  k ^= k >> 30;
+  k *= 0xbf58476d1ce4e5b9ull;
+  k ^= k >> 27;
+  k *= 0x94d049bb133111ebull;
+  k ^= k >> 31;
+  return k;
+}
+
+constexpr std::size_t kMask = kCapacity - 1;
+static_assert((kCapacity & kMask) == 0, "capacity must be a power of two");
+
+std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+}  // namespace
+
+bool enabled_by_environment() noexcept {
+  const char* v = std::getenv("REMORA_SAMEHOST");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+const Identity& identity() noexcept {
+  static const Identity id = [] {
+    Identity out;
+    std::ifstream f("/proc/sys/kernel/random/boot_id");
+    std::string boot;
+    if (f && std::getline(f, boot) && !boot.empty()) {
+      std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+      for (unsigned char c : boot) {
+        h ^= c;
+        h *= 0x100000001b3ull;
+      }
+      out.boot_hash = h;
+    }
+    struct stat st {};
+    if (::stat("/proc/self/ns/pid", &st) == 0) out.pidns = static_cast<std::uint64_t>(st.st_ino);
+    return out;
+  }();
+  return id;
+}
+
+// ---- owner side ----
+
+std::unique_ptr<Table> Table::create(std::string& why) {
+  std::unique_ptr<Table> t(new Table());
+  t->fd_ = static_cast<int>(::memfd_create("remora-regions", MFD_CLOEXEC));
+  if (t->fd_ < 0) {
+    why = errno_text("memfd_create");
+    return nullptr;
+  }
+  if (::ftruncate(t->fd_, static_cast<off_t>(kTableBytes)) != 0) {
+    why = errno_text("ftruncate");
+    return nullptr;
+  }
+  void* m = ::mmap(nullptr, kTableBytes, PROT_READ | PROT_WRITE, MAP_SHARED, t->fd_, 0);
+  if (m == MAP_FAILED) {
+    why = errno_text("mmap");
+    return nullptr;
+  }
+  t->map_ = m;
+  // The file starts zeroed: every entry empty.
+  t->header()->capacity.store(kCapacity, std::memory_order_relaxed);
+  t->header()->omitted.store(0, std::memory_order_relaxed);
+  t->header()->magic.store(kMagic, std::memory_order_release);
+  return t;
+}
+
+Table::~Table() {
+  if (map_ != nullptr) ::munmap(map_, kTableBytes);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int Table::add(std::uint64_t key, std::uint64_t addr, std::uint64_t len, Access access) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::size_t start = mix(key) & kMask;
+  for (std::size_t i = 0; i < kCapacity; ++i) {
+    const std::size_t at = (start + i) & kMask;
+    Entry& e = entries()[at];
+    const std::uint64_t st = e.state.load(std::memory_order_relaxed);
+    if (st != EntryState::empty && st != EntryState::tombstone) continue;
+    const std::uint64_t s = e.seq.load(std::memory_order_relaxed);
+    e.seq.store(s + 1, std::memory_order_seq_cst);  // odd: changing
+    e.key.store(key, std::memory_order_relaxed);
+    e.addr.store(addr, std::memory_order_relaxed);
+    e.len.store(len, std::memory_order_relaxed);
+    e.access.store((has(access, Access::remote_read) ? kRead : 0) | (has(access, Access::remote_write) ? kWrite : 0),
+                   std::memory_order_relaxed);
+    e.state.store(EntryState::live, std::memory_order_release);
+    e.seq.store(s + 2, std::memory_order_release);
+    return static_cast<int>(at);
+  }
+  header()->omitted.fetch_add(1, std::memory_order_seq_cst);
+  return -1;
+}
+
+void Table::remove(int index) {
+  if (index < 0 || static_cast<std::size_t>(index) >= kCapacity) return;
+  Entry& e = entries()[index];
+  std::uint64_t s = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = e.seq.load(std::memory_order_relaxed);
+    // Odd from here on: an initiator that has not yet announced itself
+    // (inflight) sees the change after announcing and backs off; one that
+    // announced before is seen below and waited for. Both sides use
+    // sequentially consistent operations, so one of the two always sees the
+    // other.
+    e.seq.store(s + 1, std::memory_order_seq_cst);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  bool timed_out = false;
+  for (int spins = 0; e.inflight.load(std::memory_order_seq_cst) != 0; ++spins) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      timed_out = true;
+      break;
+    }
+    if (spins < 64)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  if (timed_out) {
+    // A peer died inside a transfer (it never decrements): a dead process
+    // writes nothing more. The entry is never reused, its counter being
+    // wrong for good.
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      std::fprintf(stderr,
+                   "remora: a same-host peer did not leave a transfer to a region being deregistered within 1 s "
+                   "(it probably died); deregistering anyway\n");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  e.key.store(0, std::memory_order_relaxed);
+  e.addr.store(0, std::memory_order_relaxed);
+  e.len.store(0, std::memory_order_relaxed);
+  e.access.store(0, std::memory_order_relaxed);
+  e.state.store(timed_out ? EntryState::dead : EntryState::tombstone, std::memory_order_release);
+  e.seq.store(s + 2, std::memory_order_release);
+}
+
+// ---- initiator side ----
+
+std::unique_ptr<Peer> Peer::open(std::uint64_t pid, std::uint64_t fd, std::uint64_t boot_hash, std::uint64_t pidns,
+                                 std::string& why) {
+  const Identity& me = identity();
+  if (me.boot_hash == 0 || boot_hash != me.boot_hash) {
+    why = "the peer runs on another host (boot id)";
+    return nullptr;
+  }
+  if (me.pidns == 0 || pidns != me.pidns) {
+    why = "the peer is in another pid namespace";
+    return nullptr;
+  }
+  if (pid == 0 || pid > 0x7fffffff || fd > 0x7fffffff) {
+    why = "malformed offer";
+    return nullptr;
+  }
+  std::unique_ptr<Peer> p(new Peer());
+  p->pid_ = static_cast<pid_t>(pid);
+  p->pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, p->pid_, 0));
+  if (p->pidfd_ < 0) {
+    why = errno_text("pidfd_open");
+    return nullptr;
+  }
+  const int tfd = static_cast<int>(::syscall(SYS_pidfd_getfd, p->pidfd_, static_cast<int>(fd), 0));
+  if (tfd < 0) {
+    why = errno_text("pidfd_getfd");  // EPERM: no ptrace rights over the peer
+    return nullptr;
+  }
+  struct stat st {};
+  if (::fstat(tfd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) < kTableBytes) {
+    ::close(tfd);
+    why = "the offered descriptor is not a region table";
+    return nullptr;
+  }
+  void* m = ::mmap(nullptr, kTableBytes, PROT_READ | PROT_WRITE, MAP_SHARED, tfd, 0);
+  ::close(tfd);
+  if (m == MAP_FAILED) {
+    why = errno_text("mmap");
+    return nullptr;
+  }
+  p->map_ = m;
+  if (p->header()->magic.load(std::memory_order_acquire) != kMagic ||
+      p->header()->capacity.load(std::memory_order_relaxed) != kCapacity) {
+    why = "the offered table has another layout";
+    return nullptr;
+  }
+  return p;
+}
+
+Peer::~Peer() {
+  if (map_ != nullptr) ::munmap(map_, kTableBytes);
+  if (pidfd_ >= 0) ::close(pidfd_);
+}
+
+Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, std::uint64_t total, std::uint64_t raddr,
+                             std::uint64_t key) {
+  // The pid names the peer only while it lives (a pid is reused once its
+  // process is reaped): its pidfd turns readable when it exits.
+  pollfd pf{pidfd_, POLLIN, 0};
+  if (::poll(&pf, 1, 0) != 0) return Outcome::broken;
+  const std::uint64_t need = write ? kWrite : kRead;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    Entry* found = nullptr;
+    std::uint64_t seq = 0, addr = 0, len = 0, access = 0;
+    bool torn = false;
+    const std::size_t start = mix(key) & kMask;
+    for (std::size_t i = 0; i < kCapacity && found == nullptr && !torn; ++i) {
+      Entry& e = entries()[(start + i) & kMask];
+      const std::uint64_t s1 = e.seq.load(std::memory_order_acquire);
+      const std::uint64_t st = e.state.load(std::memory_order_relaxed);
+      if (st == EntryState::empty && (s1 & 1) == 0) break;  // end of the probe chain
+      if (e.key.load(std::memory_order_relaxed) != key) continue;
+      if (s1 & 1) continue;  // being revoked (or entered): not a usable region
+      addr = e.addr.load(std::memory_order_relaxed);
+      len = e.len.load(std::memory_order_relaxed);
+      access = e.access.load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (e.seq.load(std::memory_order_relaxed) != s1) {
+        torn = true;  // changed under us: look again
+        break;
+      }
+      if (st != EntryState::live) continue;
+      found = &e;
+      seq = s1;
+    }
+    if (torn) continue;
+    if (found == nullptr)
+      // Not a region of the peer's zone, unless the table left some out.
+      return header()->omitted.load(std::memory_order_seq_cst) == 0 ? Outcome::refused : Outcome::tcp;
+    // The checks the target would make: the range inside the region, the
+    // privilege in the region's access.
+    if (raddr < addr || total > len || raddr - addr > len - total || (access & need) == 0) return Outcome::refused;
+    // Announce the transfer, then make sure the entry was not revoked
+    // meanwhile (Table::remove: revoke, then wait for inflight == 0).
+    found->inflight.fetch_add(1, std::memory_order_seq_cst);
+    if (found->seq.load(std::memory_order_seq_cst) != seq) {
+      found->inflight.fetch_sub(1, std::memory_order_seq_cst);
+      continue;
+    }
+    iovec liov[kMaxLocal];
+    std::size_t n = 0;
+    for (const backend::Iov& v : local) {
+      if (v.len == 0) continue;
+      if (n == kMaxLocal) {
+        found->inflight.fetch_sub(1, std::memory_order_seq_cst);
+        return Outcome::tcp;
+      }
+      liov[n++] = iovec{v.addr, v.len};
+    }
+    iovec riov{reinterpret_cast<void*>(raddr), total};
+    errno = 0;
+    const ssize_t moved =
+        write ? ::process_vm_writev(pid_, liov, n, &riov, 1, 0) : ::process_vm_readv(pid_, liov, n, &riov, 1, 0);
+    const int err = errno;
+    found->inflight.fetch_sub(1, std::memory_order_seq_cst);
+    if (moved == static_cast<ssize_t>(total)) return Outcome::done;
+    if (moved < 0 && (err == EPERM || err == ESRCH)) return Outcome::broken;
+    return Outcome::tcp;  // short, EFAULT, ENOMEM: the transport decides
+  }
+  return Outcome::tcp;  // the entry kept changing
+}
+
+}  // namespace remora::detail::direct

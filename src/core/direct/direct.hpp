@@ -1,0 +1,139 @@
+// src/core/direct/direct.hpp - the same-host direct path (docs/design.md,
+// "Same-host direct path"): when both ends of a connection are processes of
+// one host, the initiator places RMA writes and reads itself with
+// cross-memory attach (process_vm_writev/readv), after checking key, bounds
+// and privilege against the target zone's region table, which the target
+// keeps in a memfd-backed shared mapping and the initiator maps.
+//
+// Off unless REMORA_SAMEHOST=1 (read when a zone is created).
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+
+#include "fabric/backend.hpp"
+#include "remora/access.hpp"
+#include "remora/memory_region.hpp"
+
+namespace remora::detail::direct {
+
+/// One region of the table. 64 bytes, every field a lock-free atomic, so the
+/// layout is the same in both processes and no access tears. `seq` is a
+/// seqlock: odd while the owner changes the entry (or revokes it); a reader
+/// that sees it even and unchanged around its reads saw a whole entry.
+struct Entry {
+  std::atomic<std::uint64_t> seq;
+  std::atomic<std::uint64_t> state;  // EntryState
+  std::atomic<std::uint64_t> key;
+  std::atomic<std::uint64_t> addr;
+  std::atomic<std::uint64_t> len;
+  std::atomic<std::uint64_t> access;  // kRead | kWrite
+  // Initiators inside a transfer to this entry's memory: incremented before
+  // process_vm_*, decremented after. Deregistration waits for 0.
+  std::atomic<std::uint64_t> inflight;
+  std::atomic<std::uint64_t> reserved;
+};
+static_assert(sizeof(Entry) == 64);
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+
+enum EntryState : std::uint64_t {
+  empty = 0,      // never used: a lookup stops here
+  live = 1,       // a registered region
+  tombstone = 2,  // was a region; reusable
+  dead = 3,       // a revocation timed out (a peer died inside a transfer): never reused
+};
+constexpr std::uint64_t kRead = 1, kWrite = 2;
+
+struct Header {
+  std::atomic<std::uint64_t> magic;
+  std::atomic<std::uint64_t> capacity;
+  // Regions left out of the table because it was full: while 0, a key the
+  // table does not have is not a region of the zone at all.
+  std::atomic<std::uint64_t> omitted;
+  std::atomic<std::uint64_t> reserved[5];
+};
+static_assert(sizeof(Header) == 64);
+
+constexpr std::uint64_t kMagic = 0x524d445431000001ull;  // "RMDT1" + layout 1
+constexpr std::size_t kCapacity = 4096;                  // a power of two
+constexpr std::size_t kTableBytes = sizeof(Header) + kCapacity * sizeof(Entry);
+constexpr std::size_t kMaxLocal = kMaxSegments;  // local segments of one operation
+
+/// REMORA_SAMEHOST=1 in the environment.
+bool enabled_by_environment() noexcept;
+
+/// What this process tells a peer so that it can tell whether the two share
+/// a host and a pid namespace: a hash of the boot id and the pid-namespace
+/// inode. Computed once.
+struct Identity {
+  std::uint64_t boot_hash = 0;
+  std::uint64_t pidns = 0;
+};
+const Identity& identity() noexcept;
+
+/// The owner's side: the zone's region table.
+class Table {
+ public:
+  /// Null (and `why` set) when the memfd cannot be made or mapped.
+  static std::unique_ptr<Table> create(std::string& why);
+  ~Table();
+  Table(const Table&) = delete;
+  Table& operator=(const Table&) = delete;
+
+  int fd() const noexcept { return fd_; }
+  /// Enter a region (the table full: counted as omitted, served over tcp).
+  /// Returns the entry's index, or -1.
+  int add(std::uint64_t key, std::uint64_t addr, std::uint64_t len, Access access);
+  /// Revoke entry `index` (from add): after this returns, no initiator that
+  /// honours the protocol is inside a transfer to it, and none starts one
+  /// (bounded wait: a peer killed inside a transfer never leaves it).
+  void remove(int index);
+
+ private:
+  Table() = default;
+  int fd_ = -1;
+  void* map_ = nullptr;
+  std::mutex mu_;  // writers (add/remove); a leaf
+  Header* header() const noexcept { return static_cast<Header*>(map_); }
+  Entry* entries() const noexcept { return reinterpret_cast<Entry*>(static_cast<char*>(map_) + sizeof(Header)); }
+};
+
+/// The initiator's side: a peer's table, mapped, and how to reach its memory.
+class Peer {
+ public:
+  /// Open the table the peer offered (its pid and the table's fd number in
+  /// its process). Null, with `why` set, when that is not possible here.
+  static std::unique_ptr<Peer> open(std::uint64_t pid, std::uint64_t fd, std::uint64_t boot_hash, std::uint64_t pidns,
+                                    std::string& why);
+  ~Peer();
+  Peer(const Peer&) = delete;
+  Peer& operator=(const Peer&) = delete;
+
+  enum class Outcome {
+    done,     // placed; the operation completed
+    refused,  // the table says no (key, bounds, privilege): remote_access
+    tcp,      // not decided here (unknown key in a table that omitted some, short transfer, EFAULT): use tcp
+    broken,   // the peer cannot be reached this way any more (EPERM, ESRCH): use tcp from now on
+  };
+  /// Check [raddr, raddr+total) against the entry of `key` (privilege: write
+  /// or read) and transfer between `local` and it.
+  Outcome transfer(bool write, std::span<const backend::Iov> local, std::uint64_t total, std::uint64_t raddr,
+                   std::uint64_t key);
+
+ private:
+  Peer() = default;
+  pid_t pid_ = 0;
+  int pidfd_ = -1;
+  void* map_ = nullptr;
+  Header* header() const noexcept { return static_cast<Header*>(map_); }
+  Entry* entries() const noexcept { return reinterpret_cast<Entry*>(static_cast<char*>(map_) + sizeof(Header)); }
+};
+
+}  // namespace remora::detail::direct
