@@ -6,9 +6,11 @@
 #   2. UCX ucx_perftest over shared memory (UCX_TLS=sm) on 127.0.0.1, if
 #      installed (Debian package ucx-utils): ucp_put_bw at every size and
 #      ucp_put_lat at 8 bytes, on memory UCX allocates itself;
-#   3. Remora's current path on this host: remora-perf over tcp on 127.0.0.1,
-#      write bandwidth (64 KiB, 1 MiB; qd 16) and 8-byte write + VISIBILITY
-#      flush latency (target asleep, and target and client busy-polling).
+#   3. Remora on this host: remora-perf over tcp on 127.0.0.1 (remora-tcp),
+#      and the same with the same-host direct path on (REMORA_SAMEHOST=1 on
+#      both sides: remora-direct): write bandwidth (64 KiB, 1 MiB; qd 16),
+#      read bandwidth (64 KiB) and 8-byte write + VISIBILITY flush latency
+#      (target asleep, and target and client busy-polling).
 #
 # Every bandwidth is also given as a ratio to memcpy of the same size
 # measured in the same run. Each figure is the median of --reps repetitions.
@@ -173,10 +175,12 @@ REMORA_CASES=(
     "write|write|1048576|2000||"
     "wfv_asleep|write_flush_visibility|8|10000||"
     "wfv_busy|write_flush_visibility|8|20000|--busy-poll|--busy-poll"
+    "read|read|65536|20000||"
 )
 
 # remora_run TAG OP SIZE ITERS "SERVER FLAGS" "CLIENT FLAGS": as compare.sh
 # does it, a server on a free port and a client with --json.
+# REMORA_SAMEHOST in the environment (0 or 1) reaches both processes.
 remora_run() {
     local tag=$1 op=$2 size=$3 iters=$4 sflags=$5 cflags=$6
     PORT=$(free_port)
@@ -210,8 +214,11 @@ for ((rep = 1; rep <= REPS; rep++)); do
     fi
     for c in "${REMORA_CASES[@]}"; do
         IFS='|' read -r name op size iters sflags cflags <<<"$c"
-        echo "samehost.sh: rep $rep/$REPS remora-perf $name size $size" >&2
-        remora_run "remora.$name.$size.$rep" "$op" "$size" "$iters" "$sflags" "$cflags"
+        for direct in 0 1; do
+            echo "samehost.sh: rep $rep/$REPS remora-perf $name size $size REMORA_SAMEHOST=$direct" >&2
+            REMORA_SAMEHOST=$direct remora_run "remora$direct.$name.$size.$rep" "$op" "$size" "$iters" \
+                "$sflags" "$cflags"
+        done
     done
 done
 
@@ -277,22 +284,23 @@ for (test, size), runs in sorted(ucx.items()):
 
 # 3. remora-perf
 remora = {}
-for path in glob.glob(os.path.join(work, "remora.*.json")):
-    _, name, size, rep = os.path.basename(path)[:-5].split(".")
+for path in glob.glob(os.path.join(work, "remora[01].*.json")):
+    engine, name, size, rep = os.path.basename(path)[:-5].split(".")
+    engine = "remora-direct" if engine == "remora1" else "remora-tcp"
     for line in open(path):
         if line.startswith("{"):
             o = json.loads(line)
             iters = int(o["iters"])
             warm = min(max(iters // 10, 16), 200)  # perf_cli.hpp's warm-up
             c = cpu(path[:-5] + ".cpu") / (iters + warm) * 1e6
-            remora.setdefault((name, int(size)), []).append((o, c))
-LABEL = {"write": ("write", "delivery"), "wfv_asleep": ("write+flush_vis", "target asleep"),
+            remora.setdefault((engine, name, int(size)), []).append((o, c))
+LABEL = {"write": ("write", "delivery"), "read": ("read", "-"), "wfv_asleep": ("write+flush_vis", "target asleep"),
          "wfv_busy": ("write+flush_vis", "busy-poll")}
 ORDER = list(LABEL)
-for (name, size), runs in sorted(remora.items(), key=lambda kv: (ORDER.index(kv[0][0]), kv[0][1])):
+for (engine, name, size), runs in sorted(remora.items(), key=lambda kv: (kv[0][0], ORDER.index(kv[0][1]), kv[0][2])):
     op, how = LABEL[name]
-    lat = name != "write"
-    rows.append(dict(engine="remora-tcp", op=op, size=size, qd=runs[0][0]["qd"], completion=how,
+    lat = name not in ("write", "read")
+    rows.append(dict(engine=engine, op=op, size=size, qd=runs[0][0]["qd"], completion=how,
                      gbps=statistics.median(r[0]["gbps"] for r in runs),
                      p50=statistics.median(r[0]["lat_p50_us"] for r in runs) if lat else None,
                      p99=statistics.median(r[0]["lat_p99_us"] for r in runs) if lat else None,
@@ -335,7 +343,10 @@ notes = [
     "libfabric-shm write: qd 16; latency rows: one 8-byte operation at a time, posted and polled for",
     "remora-tcp: remora-perf over libfabric tcp on 127.0.0.1, writes delivery-complete (qd 16); "
     "write+flush_vis: an 8-byte write then a VISIBILITY flush, one at a time, target asleep (default) or "
-    "target and client busy-polling",
+    "target and client busy-polling; read: 64 KiB reads, qd 16",
+    "remora-direct: the same runs with REMORA_SAMEHOST=1 on both sides: writes and reads are placed with "
+    "process_vm_writev/readv after Remora's key, bounds and privilege checks (remora-perf's memory is "
+    "ordinary heap memory); the flush of a range just written completes at the initiator",
 ] + ([f"ucx-sm: ucx_perftest (ucx-utils {ucx_version}), UCX_TLS={ucx_tls}, memory UCX allocates itself "
        "(ucp_mem_map ALLOCATE); put_bw: puts streamed with UCX's default window, no completion waited for per put; "
        "put_lat: half a "
