@@ -5,6 +5,7 @@
 // zones of a Pair live in this process: pidfd_getfd and process_vm_* on our
 // own pid exercise the real path.
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <thread>
@@ -259,6 +260,38 @@ TEST(SameHostOff, WithoutTheVariableEverythingGoesOverTheTransport) {
   EXPECT_FALSE(c[0].status);
   EXPECT_EQ(direct_ops(p.iep), 0u);
   EXPECT_FALSE(direct_ready(p.iep, kQuiet));
+}
+
+}  // namespace
+
+namespace {
+
+// An offer names a pid and a descriptor: a peer could name another process
+// of this host and its table. The table's nonce, which only a reader of the
+// table knows, must match the offer's, or the table is refused.
+TEST(SameHostOffer, ATableWhoseNonceIsNotTheOfferedOneIsRefused) {
+  std::string why;
+  auto table = detail::direct::Table::create(why);
+  ASSERT_TRUE(table) << why;
+  ASSERT_NE(table->nonce(), 0u);
+  const auto& me = detail::direct::identity();
+  const auto pid = static_cast<std::uint64_t>(::getpid());
+  const auto fd = static_cast<std::uint64_t>(table->fd());
+  why.clear();
+  EXPECT_FALSE(detail::direct::Peer::open(pid, fd, table->nonce() ^ 1, me.boot_hash, me.pidns, why));
+  EXPECT_NE(why.find("nonce"), std::string::npos) << why;
+  why.clear();
+  EXPECT_FALSE(detail::direct::Peer::open(pid, fd, 0, me.boot_hash, me.pidns, why));
+  EXPECT_NE(why.find("nonce"), std::string::npos) << why;
+  why.clear();
+  EXPECT_TRUE(detail::direct::Peer::open(pid, fd, table->nonce(), me.boot_hash, me.pidns, why)) << why;
+  // Another host or pid namespace: refused before anything is opened.
+  why.clear();
+  EXPECT_FALSE(detail::direct::Peer::open(pid, fd, table->nonce(), me.boot_hash ^ 1, me.pidns, why));
+  EXPECT_NE(why.find("another host"), std::string::npos) << why;
+  why.clear();
+  EXPECT_FALSE(detail::direct::Peer::open(pid, fd, table->nonce(), me.boot_hash, me.pidns ^ 1, why));
+  EXPECT_NE(why.find("pid namespace"), std::string::npos) << why;
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <thread>
 
 namespace remora::detail::direct {
@@ -83,6 +84,10 @@ std::unique_ptr<Table> Table::create(std::string& why) {
   // The file starts zeroed: every entry empty.
   t->header()->capacity.store(kCapacity, std::memory_order_relaxed);
   t->header()->omitted.store(0, std::memory_order_relaxed);
+  std::random_device rd;
+  std::uint64_t nonce = 0;
+  while (nonce == 0) nonce = (std::uint64_t{rd()} << 32) | rd();
+  t->header()->nonce.store(nonce, std::memory_order_relaxed);
   t->header()->magic.store(kMagic, std::memory_order_release);
   return t;
 }
@@ -162,8 +167,8 @@ void Table::remove(int index) {
 
 // ---- initiator side ----
 
-std::unique_ptr<Peer> Peer::open(std::uint64_t pid, std::uint64_t fd, std::uint64_t boot_hash, std::uint64_t pidns,
-                                 std::string& why) {
+std::unique_ptr<Peer> Peer::open(std::uint64_t pid, std::uint64_t fd, std::uint64_t nonce, std::uint64_t boot_hash,
+                                 std::uint64_t pidns, std::string& why) {
   const Identity& me = identity();
   if (me.boot_hash == 0 || boot_hash != me.boot_hash) {
     why = "the peer runs on another host (boot id)";
@@ -205,6 +210,10 @@ std::unique_ptr<Peer> Peer::open(std::uint64_t pid, std::uint64_t fd, std::uint6
   if (p->header()->magic.load(std::memory_order_acquire) != kMagic ||
       p->header()->capacity.load(std::memory_order_relaxed) != kCapacity) {
     why = "the offered table has another layout";
+    return nullptr;
+  }
+  if (nonce == 0 || p->header()->nonce.load(std::memory_order_relaxed) != nonce) {
+    why = "the offered descriptor is not the peer's region table (nonce)";
     return nullptr;
   }
   return p;

@@ -57,7 +57,13 @@ struct Header {
   // Regions left out of the table because it was full: while 0, a key the
   // table does not have is not a region of the zone at all.
   std::atomic<std::uint64_t> omitted;
-  std::atomic<std::uint64_t> reserved[5];
+  // A random number chosen when the table is made and sent in the offer:
+  // only a process that can read the table (its owner, or one with ptrace
+  // rights over the owner) knows it. The initiator refuses a table whose
+  // nonce is not the offered one, so an offer naming a third process's pid
+  // and table cannot turn the initiator's writes towards that process.
+  std::atomic<std::uint64_t> nonce;
+  std::atomic<std::uint64_t> reserved[4];
 };
 static_assert(sizeof(Header) == 64);
 
@@ -88,6 +94,7 @@ class Table {
   Table& operator=(const Table&) = delete;
 
   int fd() const noexcept { return fd_; }
+  std::uint64_t nonce() const noexcept { return header()->nonce.load(std::memory_order_relaxed); }
   /// Enter a region (the table full: counted as omitted, served over tcp).
   /// Returns the entry's index, or -1.
   int add(std::uint64_t key, std::uint64_t addr, std::uint64_t len, Access access);
@@ -108,10 +115,11 @@ class Table {
 /// The initiator's side: a peer's table, mapped, and how to reach its memory.
 class Peer {
  public:
-  /// Open the table the peer offered (its pid and the table's fd number in
-  /// its process). Null, with `why` set, when that is not possible here.
-  static std::unique_ptr<Peer> open(std::uint64_t pid, std::uint64_t fd, std::uint64_t boot_hash, std::uint64_t pidns,
-                                    std::string& why);
+  /// Open the table the peer offered (its pid, the table's fd number in its
+  /// process and the table's nonce). Null, with `why` set, when that is not
+  /// possible here or the table found is not the one offered.
+  static std::unique_ptr<Peer> open(std::uint64_t pid, std::uint64_t fd, std::uint64_t nonce, std::uint64_t boot_hash,
+                                    std::uint64_t pidns, std::string& why);
   ~Peer();
   Peer(const Peer&) = delete;
   Peer& operator=(const Peer&) = delete;

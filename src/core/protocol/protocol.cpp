@@ -195,8 +195,11 @@ void EndpointImpl::handle_reply(const wire::Ctl& rep) {
 void EndpointImpl::offer_direct() noexcept {
   if (!zone->direct || !conn) return;
   const direct::Identity& me = direct::identity();
-  wire::Ctl offer = wire::make_ctl(wire::op_direct_offer, static_cast<std::uint64_t>(::getpid()),
-                                   static_cast<std::uint64_t>(zone->direct->fd()), me.boot_hash);
+  // key: pid (low 32 bits) and the table's fd number (high 32); addr: the
+  // table's nonce; len: boot-id hash; value: pid namespace.
+  const std::uint64_t pid_fd =
+      static_cast<std::uint32_t>(::getpid()) | (std::uint64_t{static_cast<std::uint32_t>(zone->direct->fd())} << 32);
+  wire::Ctl offer = wire::make_ctl(wire::op_direct_offer, pid_fd, zone->direct->nonce(), me.boot_hash);
   offer.value = me.pidns;
   offer.token = ~std::uint64_t{0};  // names no slot: an old peer's not_supported answer is ignored
   // Injected like the goodbye: no slot, no completion. Lost (-EAGAIN): the
@@ -212,7 +215,7 @@ void EndpointImpl::accept_direct_offer(const wire::Ctl& offer) {
   }
   if (direct_peer) return;  // one offer per connection
   std::string why;
-  direct_peer = direct::Peer::open(offer.key, offer.addr, offer.len, offer.value, why);
+  direct_peer = direct::Peer::open(offer.key & 0xffffffffu, offer.key >> 32, offer.addr, offer.len, offer.value, why);
   direct_why_not = direct_peer ? std::string() : why;
 }
 

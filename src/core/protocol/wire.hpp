@@ -59,10 +59,11 @@ constexpr std::uint64_t kAckCountMask = (std::uint64_t{1} << 56) - 1;
 inline std::uint64_t ack_data(std::uint64_t handled) { return data(msg_ack) | (handled & kAckCountMask); }
 inline std::uint64_t ack_count(std::uint64_t d) { return d & kAckCountMask; }
 
-// op_direct_offer (same-host direct path): key = the sender's pid, addr = its
-// region table's fd number in its process, len = a hash of its boot id,
-// value = its pid-namespace inode. Not answered (a peer that does not know
-// the op answers not_supported, which matches no slot and is ignored).
+// op_direct_offer (same-host direct path): key = the sender's pid (low 32
+// bits) and its region table's fd number in its process (high 32), addr =
+// the table's nonce, len = a hash of its boot id, value = its pid-namespace
+// inode. Not answered (a peer that does not know the op answers
+// not_supported, which matches no slot and is ignored).
 enum CtlOp : std::uint8_t { op_atomic_write = 1, op_flush = 2, op_bye = 3, op_direct_offer = 4 };
 struct Ctl {
   std::uint32_t magic;
