@@ -255,6 +255,11 @@ struct OpSlot : SlotBase {
   bool fence = false;
   bool posted = false;
   bool finished = false;  // outcome known, waiting for earlier ones (order)
+  // Reported to the user while the transport still holds the slot's context
+  // (a message the peer acknowledged before the transport's own completion
+  // came): released when that completion comes (handle) or the connection
+  // goes (flush_all).
+  bool reported = false;
   // Messages consuming a receive at the peer (sends, writes with immediate):
   // their number on the connection (0 for other operations). One the
   // transport finished (no longer `posted`) while the peer's acknowledgement

@@ -222,6 +222,49 @@ TEST_F(Engine, SendCompletesOnlyOnceTheReceiverAcknowledgedIt) {
   expect_cookies(w.take(w.icq), {8});
 }
 
+TEST_F(Engine, AnAcknowledgementAheadOfTheTransportsOwnCompletionCompletesTheSend) {
+  // On RC hardware the receiver's acknowledgement makes the send's
+  // completion, so it precedes any answer the receiver sends after handling
+  // the message (librpma's 09scch example relies on it). Over tcp the
+  // acknowledgement can be read before the provider reports the send's own
+  // completion: the send completes then, and its slot stays in flight until
+  // the provider is done with it.
+  World w;
+  std::vector<std::uint8_t> in(64, 0);
+  auto inr = MUST(w.tz.register_memory(in.data(), in.size(), kLocal));
+  Segment r(inr, 0, 64);
+  ASSERT_OK(w.tep.recv({&r, 1}, 7));
+  w.net->hold(true);
+  std::memcpy(w.local_mem.data(), "hello", 5);
+  Segment s(w.lmr, 0, 5);
+  ASSERT_OK(w.iep.send({&s, 1}, 8));
+  auto& ep = *w.iep.impl();
+  {
+    detail::MutexLock lock(ep.mu);
+    ASSERT_EQ(ep.in_flight, 1u);
+    ep.handle_ack(1);  // as if read before the transport's completion
+    EXPECT_EQ(ep.in_flight, 1u) << "the transport still holds the send's context";
+  }
+  expect_cookies(w.take(w.icq), {8});
+  // The transport completes it now: the slot is released, nothing more is
+  // reported, and the message is where it should be.
+  w.net->hold(false);
+  ASSERT_GE(w.net->deliver(), 1u);
+  EXPECT_TRUE(w.take(w.icq).empty());
+  {
+    detail::MutexLock lock(ep.mu);
+    EXPECT_EQ(ep.in_flight, 0u);
+  }
+  auto got = w.take(w.tcq);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].cookie, 7u);
+  EXPECT_EQ(0, std::memcmp(in.data(), "hello", 5));
+  // The slot is free again: as many sends as the endpoint allows still fit.
+  ASSERT_OK(w.tep.recv({&r, 1}, 9));
+  ASSERT_OK(w.iep.send({&s, 1}, 10));
+  expect_cookies(w.take(w.icq), {10});
+}
+
 TEST_F(Engine, AMessageArrivingBeforeItsReceiveWaitsForIt) {
   World w;
   std::memcpy(w.local_mem.data(), "early", 5);

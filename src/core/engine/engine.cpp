@@ -163,6 +163,7 @@ void EndpointImpl::release_slot(std::uint32_t i) {
   s.kind = OpSlot::Kind::free;
   s.posted = false;
   s.finished = false;
+  s.reported = false;
   s.msg_seq = 0;
   if (s.check) s.check.reset();  // remora-check's record, if any
   ++s.generation;
@@ -275,7 +276,10 @@ void EndpointImpl::report_in_order() {
     if (s.check) zone->check->on_complete(*this, s);
     Completion c = s.done;
     const bool report = c.status || s.signalled;
-    release_slot(s.index);
+    if (s.posted)
+      s.reported = true;  // the transport still holds its context: released by handle() or flush_all()
+    else
+      release_slot(s.index);
     if (report) send_cq->push(std::move(c));
   }
 }
@@ -289,6 +293,9 @@ void EndpointImpl::flush_all() {
     }
   }
   report_in_order();
+  // Reported already, their contexts with a connection that is going away.
+  for (OpSlot& s : slots)
+    if (s.reported) release_slot(s.index);
   deferred.clear();
   unacked.clear();
   in_flight = 0;
@@ -350,6 +357,14 @@ void EndpointImpl::handle(const backend::CqEntry& e) {
   auto* s = static_cast<OpSlot*>(base);
   if (s->kind == OpSlot::Kind::free || !s->posted) return;  // already flushed
   s->posted = false;
+  if (s->reported) {
+    // Completed when the peer acknowledged it (handle_ack); the transport
+    // is done with its context now. Delivered either way: an error the
+    // transport reports this late changes nothing.
+    --in_flight;
+    release_slot(s->index);
+    return;
+  }
   if (e.err == 0 && s->msg_seq > peer_handled) return;  // delivered; completes on the peer's ack (handle_ack)
   --in_flight;
   if (e.err != 0) {

@@ -162,12 +162,13 @@ void EndpointImpl::handle_ack(std::uint64_t count) {
     }
     if (s.msg_seq > peer_handled) return;
     unacked.pop_front();
-    // Already finished by the transport (no longer posted): complete it now;
-    // otherwise handle() completes it when the transport does.
-    if (!s.posted) {
-      --in_flight;
-      complete(s, {});
-    }
+    // The peer handled it: it completes now, as on RC hardware, where the
+    // peer's acknowledgement makes the send's completion, before any answer
+    // the peer sends after handling it. If the transport has not reported
+    // its own completion yet, the slot stays in flight until it does
+    // (report_in_order keeps it, handle() releases it).
+    if (!s.posted) --in_flight;
+    complete(s, {});
   }
 }
 
