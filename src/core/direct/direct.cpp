@@ -243,10 +243,11 @@ Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, st
       if (st == EntryState::empty && (s1 & 1) == 0) break;  // end of the probe chain
       if (e.key.load(std::memory_order_relaxed) != key) continue;
       if (s1 & 1) continue;  // being revoked (or entered): not a usable region
-      addr = e.addr.load(std::memory_order_relaxed);
-      len = e.len.load(std::memory_order_relaxed);
-      access = e.access.load(std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_acquire);
+      // Acquire loads: the second read of `seq` below cannot move above
+      // them (a fence would do the same, but TSan does not support fences).
+      addr = e.addr.load(std::memory_order_acquire);
+      len = e.len.load(std::memory_order_acquire);
+      access = e.access.load(std::memory_order_acquire);
       if (e.seq.load(std::memory_order_relaxed) != s1) {
         torn = true;  // changed under us: look again
         break;
