@@ -53,7 +53,8 @@ class ProtectionZone {
   /// (an anonymous memory file, `memfd_create`, grown to `len` rounded up to
   /// whole pages and mapped shared, read-write), registered with `access`.
   /// The memory is `MemoryRegion::address()`; it lives as long as the region
-  /// and is unmapped when the region is closed or destroyed. Not persistent.
+  /// and is unmapped when the region is closed or destroyed; the region
+  /// holds one file descriptor (close-on-exec) until then. Not persistent.
   /// With the same-host direct path on (REMORA_SAMEHOST=1), a peer of this
   /// host maps such a region itself and copies into and out of it
   /// (docs/design.md, "Same-host direct path"). Errors: invalid_argument
