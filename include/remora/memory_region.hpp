@@ -17,8 +17,10 @@ struct RegionImpl;
 
 /// Memory registered in a ProtectionZone with a set of privileges. Move-only;
 /// keeps its zone alive. The memory itself is the caller's (or, for
-/// ProtectionZone::map_file regions, Remora's mapping of the file) and must
-/// stay mapped until the region is closed. close() is safe to call twice.
+/// ProtectionZone::map_file regions, Remora's mapping of the file; for
+/// ProtectionZone::allocate regions, Remora's memory, unmapped by close())
+/// and must stay mapped until the region is closed. close() is safe to call
+/// twice.
 class MemoryRegion {
  public:
   MemoryRegion() = default;

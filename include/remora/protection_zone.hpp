@@ -49,6 +49,19 @@ class ProtectionZone {
   /// mapping as a persistent region (cache flush on DAX, a checked msync
   /// otherwise). The mapping lives as long as the region.
   Result<MemoryRegion> map_file(const std::string& path, std::size_t len, Access access);
+  /// `len` bytes of zero-filled, page-aligned memory the library allocates
+  /// (an anonymous memory file, `memfd_create`, grown to `len` rounded up to
+  /// whole pages and mapped shared, read-write), registered with `access`.
+  /// The memory is `MemoryRegion::address()`; it lives as long as the region
+  /// and is unmapped when the region is closed or destroyed; the region
+  /// holds one file descriptor (close-on-exec) until then. Not persistent.
+  /// With the same-host direct path on (REMORA_SAMEHOST=1), a peer of this
+  /// host maps such a region itself and copies into and out of it
+  /// (docs/design.md, "Same-host direct path"). Errors: invalid_argument
+  /// (`len` 0 or too large for the address space, access none or unknown
+  /// bits), no_memory (the memory file or its mapping could not be made, or
+  /// the transport refused the registration), invalid_handle.
+  Result<MemoryRegion> allocate(std::size_t len, Access access);
   /// A completion queue of this zone. It is unbounded: it never drops or
   /// refuses a completion (the endpoints' max_outstanding and max_recv bound
   /// what can be pending); `capacity_hint` is accepted and not used.

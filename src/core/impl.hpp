@@ -148,7 +148,13 @@ struct RegionImpl : std::enable_shared_from_this<RegionImpl> {
   // Set for ProtectionZone::map_file regions.
   struct pmem2_map* map = nullptr;
   void (*persist_fn)(const void*, std::size_t) = nullptr;
+  // The file the region's memory is a shared mapping of, from offset 0
+  // (map_file, allocate); closed by close().
   int fd = -1;
+  // Set for ProtectionZone::allocate regions: the memfd mapping, unmapped
+  // by close().
+  void* owned_map = nullptr;
+  std::size_t owned_len = 0;
   std::atomic<bool> closed{false};
   std::mutex persist_mu;                                              // held by persist_for_peer; close() waits on it
   std::unique_ptr<check::RegionState, check::RegionStateFree> check;  // remora-check's, or null
@@ -394,6 +400,9 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   std::string direct_why_not REMORA_GUARDED_BY(mu);
   // Operations placed by the direct path (tests look at it).
   std::atomic<std::uint64_t> direct_ops{0};
+  // Of those, the ones copied (or atomically stored) through this process's
+  // own mapping of a shareable region (tests look at it).
+  std::atomic<std::uint64_t> direct_mapped_ops{0};
 
   // Read without mu by CqImpl::drive and arm, which then progress only the
   // endpoints that have something: the shared transport queue of the

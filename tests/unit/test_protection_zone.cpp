@@ -1,4 +1,5 @@
-// ProtectionZone: file-backed persistent regions (map_file) and handle checks.
+// ProtectionZone: file-backed persistent regions (map_file), memory the
+// library allocates (allocate) and handle checks.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -141,6 +142,95 @@ TEST_F(ProtectionZoneTest, MapFileErrors) {
     auto r = zone.map_file((dir / "no" / "such" / "dir" / "f").string(), 4096, Access::all);
     EXPECT_FALSE(r.ok());
   }
+}
+
+// allocate: zero-filled, page-aligned memory of at least the length asked
+// for, registered with the access asked for, usable locally.
+TEST_F(ProtectionZoneTest, AllocateGivesZeroedPageAlignedRegisteredMemory) {
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  for (std::size_t len : {std::size_t{1}, std::size_t{4096}, std::size_t{10000}, std::size_t{1} << 20}) {
+    auto mr = MUST(zone.allocate(len, Access::all));
+    ASSERT_TRUE(mr.valid());
+    EXPECT_EQ(mr.length(), len);
+    EXPECT_EQ(mr.access(), Access::all);
+    EXPECT_FALSE(mr.persistent());
+    ASSERT_NE(mr.address(), nullptr);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(mr.address()) % page, 0u);
+    auto* b = static_cast<std::uint8_t*>(mr.address());
+    EXPECT_TRUE(std::all_of(b, b + len, [](std::uint8_t x) { return x == 0; })) << len;
+    // Written and read back locally, to the end of the last page.
+    const std::size_t span = (len + page - 1) / page * page;
+    std::memset(b, 0x5c, span);
+    EXPECT_TRUE(std::all_of(b, b + span, [](std::uint8_t x) { return x == 0x5c; }));
+    EXPECT_NE(mr.key(), 0u);
+    auto rr = MUST(mr.remote());
+    EXPECT_EQ(rr.address(), reinterpret_cast<std::uint64_t>(mr.address()));
+    EXPECT_EQ(rr.length(), len);
+    EXPECT_EQ(rr.access(), kRemote);
+    mr.close();
+    EXPECT_FALSE(mr.valid());
+  }
+  // Local access only: registered, no remote descriptor.
+  auto local = MUST(zone.allocate(100, kLocal));
+  EXPECT_EQ(local.key(), 0u);
+  EXPECT_ERR(local.remote(), Errc::privileges);
+  // Two allocations are two distinct memories.
+  auto a = MUST(zone.allocate(4096, Access::all));
+  auto b = MUST(zone.allocate(4096, Access::all));
+  EXPECT_NE(a.address(), b.address());
+  std::memset(a.address(), 1, 4096);
+  EXPECT_EQ(static_cast<std::uint8_t*>(b.address())[0], 0u);
+}
+
+TEST_F(ProtectionZoneTest, AllocateErrors) {
+  EXPECT_ERR(zone.allocate(0, Access::all), Errc::invalid_argument);
+  EXPECT_ERR(zone.allocate(4096, Access::none), Errc::invalid_argument);
+  EXPECT_ERR(zone.allocate(4096, static_cast<Access>(0x8000)), Errc::invalid_argument);
+  EXPECT_ERR(zone.allocate(std::numeric_limits<std::size_t>::max(), Access::all), Errc::invalid_argument);
+  ProtectionZone z;
+  EXPECT_ERR(z.allocate(4096, Access::all), Errc::invalid_handle);
+}
+
+// An allocated region is a target like any other: RMA writes, reads and the
+// atomic write reach it over the connection.
+TEST(ProtectionZoneAllocate, RemoteAccessOverTheConnection) {
+  Pair p;
+  auto mr = MUST(p.tz.allocate(8192, Access::all));
+  auto rr = MUST(mr.remote());
+  auto src = pattern(3000, 9);
+  std::memcpy(p.local_mem.data(), src.data(), src.size());
+  Segment w[2] = {Segment(p.lmr, 0, 1000), Segment(p.lmr, 1000, 2000)};
+  ASSERT_OK(p.iep.write(w, rr, 5000, 1));
+  auto c = collect(p.icq, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_FALSE(c[0].status) << describe(c[0]);
+  auto* t = static_cast<std::uint8_t*>(mr.address());
+  EXPECT_EQ(0, std::memcmp(t + 5000, src.data(), src.size()));
+  EXPECT_TRUE(std::all_of(t, t + 5000, [](std::uint8_t x) { return x == 0; }));
+  EXPECT_TRUE(std::all_of(t + 8000, t + 8192, [](std::uint8_t x) { return x == 0; }));
+
+  std::memset(t + 100, 0x42, 64);
+  Segment r(p.lmr, 3500, 64);
+  ASSERT_OK(p.iep.read({&r, 1}, rr, 100, 2));
+  c = collect(p.icq, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_FALSE(c[0].status) << describe(c[0]);
+  EXPECT_TRUE(
+      std::all_of(p.local_mem.begin() + 3500, p.local_mem.begin() + 3564, [](std::uint8_t x) { return x == 0x42; }));
+
+  ASSERT_OK(p.iep.atomic_write(rr, 4096, 0x0102030405060708ull, 3));
+  c = collect(p.icq, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_FALSE(c[0].status) << describe(c[0]);
+  std::uint64_t v = 0;
+  std::memcpy(&v, t + 4096, 8);
+  EXPECT_EQ(v, 0x0102030405060708ull);
+
+  // Out of the region's range: refused as for any region.
+  ASSERT_OK(p.iep.write({&w[0], 1}, RemoteRegion(rr.address(), 16384, rr.key(), rr.access(), false), 8000, 4));
+  c = collect(p.icq, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, make_error_code(Errc::remote_access)) << describe(c[0]);
 }
 
 TEST_F(ProtectionZoneTest, HandlesAndIds) {

@@ -4,10 +4,18 @@
 // checking key, bounds and privilege against the peer's region table. Both
 // zones of a Pair live in this process: pidfd_getfd and process_vm_* on our
 // own pid exercise the real path.
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
 #include <thread>
 
 #include "core/impl.hpp"
@@ -32,6 +40,32 @@ bool direct_ready(const Endpoint& ep, std::chrono::milliseconds timeout = kWait)
     if (std::chrono::steady_clock::now() >= until) return false;
     std::this_thread::sleep_for(1ms);
   }
+}
+
+/// Of those, the ones copied through the initiator's own mapping of the region.
+std::uint64_t mapped_ops(const Endpoint& ep) { return ep.impl()->direct_mapped_ops.load(); }
+
+/// Regions of the peer the endpoint holds mapped now.
+std::size_t peer_mappings(const Endpoint& ep) {
+  detail::MutexLock lock(ep.impl()->mu);
+  return ep.impl()->direct_peer ? ep.impl()->direct_peer->mappings() : 0;
+}
+
+/// The permissions ("rw-s", "r--s", ...) of every mapping of this process of
+/// a memory file named `name` ("/memfd:NAME (deleted)" in /proc/self/maps),
+/// by start address.
+std::map<std::uintptr_t, std::string> memfd_mappings(const std::string& name) {
+  std::map<std::uintptr_t, std::string> out;
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find("/memfd:" + name + " ") == std::string::npos) continue;
+    std::istringstream in(line);
+    std::string range, perms;
+    in >> range >> perms;
+    out[std::stoull(range.substr(0, range.find('-')), nullptr, 16)] = perms;
+  }
+  return out;
 }
 
 std::string why_not(const Endpoint& ep) {
@@ -250,6 +284,287 @@ TEST_F(SameHost, NothingLandsAfterDeregistrationReturns) {
   }
 }
 
+// ---- regions whose memory can be shared (allocate, map_file) ----
+
+TEST_F(SameHost, RegisteredMemoryIsNotMapped) {
+  // Memory the caller registered is not a file the library knows: cross-
+  // memory attach, never the mapped path.
+  Segment s(p->lmr, 0, 64);
+  ASSERT_OK(p->iep.write({&s, 1}, p->rr, 0, 1));
+  ASSERT_EQ(collect(p->icq, 1).size(), 1u);
+  EXPECT_EQ(direct_ops(p->iep), 1u);
+  EXPECT_EQ(mapped_ops(p->iep), 0u);
+  EXPECT_EQ(peer_mappings(p->iep), 0u);
+}
+
+TEST_F(SameHost, AllocatedRegionIsWrittenAndReadThroughTheMapping) {
+  auto mr = MUST(p->tz.allocate(3 * 4096, Access::all));
+  auto rr = MUST(mr.remote());
+  auto* t = static_cast<std::uint8_t*>(mr.address());
+  auto src = pattern(3000, 5);
+  std::memcpy(p->local_mem.data(), src.data(), src.size());
+  // Gather, across a page boundary of the region.
+  Segment w[3] = {Segment(p->lmr, 0, 1000), Segment(p->lmr, 1000, 1), Segment(p->lmr, 1001, 1999)};
+  ASSERT_OK(p->iep.write(w, rr, 3000, 1));
+  auto c = collect(p->icq, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_FALSE(c[0].status) << describe(c[0]);
+  EXPECT_EQ(c[0].length, 3000u);
+  EXPECT_EQ(direct_ops(p->iep), 1u) << why_not(p->iep);
+  EXPECT_EQ(mapped_ops(p->iep), 1u) << "the write did not go through the mapping";
+  EXPECT_EQ(peer_mappings(p->iep), 1u);
+  EXPECT_EQ(0, std::memcmp(t + 3000, src.data(), src.size()));
+  EXPECT_TRUE(std::all_of(t, t + 3000, [](std::uint8_t b) { return b == 0; }));
+  EXPECT_TRUE(std::all_of(t + 6000, t + 3 * 4096, [](std::uint8_t b) { return b == 0; }));
+
+  // Scatter, out of order in local memory; the last byte of the region.
+  t[3 * 4096 - 1] = 0x99;
+  Segment r[3] = {Segment(p->lmr, 3900, 10), Segment(p->lmr, 3300, 500), Segment(p->lmr, 3200, 91)};
+  ASSERT_OK(p->iep.read(r, rr, 3 * 4096 - 601, 2));
+  c = collect(p->icq, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_FALSE(c[0].status) << describe(c[0]);
+  EXPECT_EQ(c[0].length, 601u);
+  EXPECT_EQ(mapped_ops(p->iep), 2u);
+  EXPECT_EQ(peer_mappings(p->iep), 1u) << "the second transfer mapped the region again";
+  EXPECT_EQ(0, std::memcmp(p->local_mem.data() + 3900, t + 3 * 4096 - 601, 10));
+  EXPECT_EQ(0, std::memcmp(p->local_mem.data() + 3300, t + 3 * 4096 - 591, 500));
+  EXPECT_EQ(0, std::memcmp(p->local_mem.data() + 3200, t + 3 * 4096 - 91, 91));
+  EXPECT_EQ(p->local_mem[3290], 0x99);
+
+  // Still checked: past the region's end is refused, nothing written.
+  std::vector<std::uint8_t> before(t, t + 3 * 4096);
+  RemoteRegion forged(rr.address(), rr.length() + 4096, rr.key(), rr.access(), false);
+  ASSERT_OK(p->iep.write({&w[0], 1}, forged, 3 * 4096 - 10, 3));
+  EXPECT_EQ(direct_ops(p->iep), 3u);
+  expect_refused(3, Opcode::write);
+  EXPECT_EQ(0, std::memcmp(before.data(), t, before.size()));
+}
+
+TEST_F(SameHost, MapFileRegionIsWrittenAndReadThroughTheMapping) {
+  namespace fs = std::filesystem;
+  std::string tmpl = (fs::temp_directory_path() / "remora-samehost-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+  const fs::path path = fs::path(tmpl) / "region";
+  {
+    auto mr = MUST(p->tz.map_file(path.string(), 10000, Access::all));
+    auto rr = MUST(mr.remote());
+    auto src = pattern(2500, 7);
+    std::memcpy(p->local_mem.data(), src.data(), src.size());
+    Segment w[2] = {Segment(p->lmr, 0, 2000), Segment(p->lmr, 2000, 500)};
+    ASSERT_OK(p->iep.write(w, rr, 7000, 1));
+    auto c = collect(p->icq, 1);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_FALSE(c[0].status) << describe(c[0]);
+    EXPECT_EQ(mapped_ops(p->iep), 1u) << "the write did not go through the mapping: " << why_not(p->iep);
+    EXPECT_EQ(0, std::memcmp(static_cast<std::uint8_t*>(mr.address()) + 7000, src.data(), src.size()));
+    Segment r[2] = {Segment(p->lmr, 3000, 100), Segment(p->lmr, 2900, 100)};
+    ASSERT_OK(p->iep.read(r, rr, 7000, 2));
+    c = collect(p->icq, 1);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_FALSE(c[0].status) << describe(c[0]);
+    EXPECT_EQ(mapped_ops(p->iep), 2u);
+    EXPECT_EQ(0, std::memcmp(p->local_mem.data() + 3000, src.data(), 100));
+    EXPECT_EQ(0, std::memcmp(p->local_mem.data() + 2900, src.data() + 100, 100));
+    // A PERSISTENT flush still goes to the target, which writes the pages back.
+    ASSERT_OK(p->iep.flush(rr, 7000, 2500, FlushType::persistent, 3));
+    c = collect(p->icq, 1);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_FALSE(c[0].status) << describe(c[0]);
+  }
+  // In the file itself.
+  std::vector<char> file(10000);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pread(fd, file.data(), file.size(), 0), static_cast<ssize_t>(file.size()));
+  ::close(fd);
+  auto src = pattern(2500, 7);
+  EXPECT_EQ(0, std::memcmp(file.data() + 7000, src.data(), src.size()));
+  std::error_code ec;
+  fs::remove_all(tmpl, ec);
+}
+
+TEST_F(SameHost, ReadOnlyRegionIsMappedReadOnlyAndRefusesWrites) {
+  auto mr = MUST(p->tz.allocate(4096, Access::local_read | Access::local_write | Access::remote_read));
+  auto rr = MUST(mr.remote());
+  auto* t = static_cast<std::uint8_t*>(mr.address());
+  std::memset(t, 0x3c, 4096);
+  const auto before = memfd_mappings("remora-region");
+  Segment d(p->lmr, 0, 4096);
+  ASSERT_OK(p->iep.read({&d, 1}, rr, 0, 1));
+  auto c = collect(p->icq, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_FALSE(c[0].status) << describe(c[0]);
+  EXPECT_EQ(mapped_ops(p->iep), 1u);
+  EXPECT_TRUE(std::all_of(p->local_mem.begin(), p->local_mem.end(), [](std::uint8_t b) { return b == 0x3c; }));
+  // The initiator's mapping (the one the read added) is read-only: the MMU,
+  // not only the check, keeps it from writing. The owner's is read-write.
+  const auto after = memfd_mappings("remora-region");
+  ASSERT_EQ(after.size(), before.size() + 1) << "the read made no mapping of its own";
+  EXPECT_EQ(after.at(reinterpret_cast<std::uintptr_t>(t)), "rw-s");
+  for (const auto& [start, perms] : after) {
+    if (before.count(start) != 0) continue;
+    EXPECT_EQ(perms, "r--s") << "the peer's mapping of a region without remote_write";
+  }
+  // A descriptor claiming remote_write: refused, nothing written.
+  std::memset(p->local_mem.data(), 0x77, 64);
+  RemoteRegion forged(rr.address(), rr.length(), rr.key(), kRemote, false);
+  Segment s(p->lmr, 0, 64);
+  ASSERT_OK(p->iep.write({&s, 1}, forged, 0, 2));
+  EXPECT_EQ(direct_ops(p->iep), 2u);
+  expect_refused(2, Opcode::write);
+  EXPECT_TRUE(std::all_of(t, t + 4096, [](std::uint8_t b) { return b == 0x3c; })) << "a read-only region was written";
+}
+
+TEST_F(SameHost, WriteOnlyRegionRefusesReads) {
+  // Mapped read-write (it must be, to be written); the check before every
+  // copy refuses the read.
+  auto mr = MUST(p->tz.allocate(4096, Access::local_read | Access::local_write | Access::remote_write));
+  auto rr = MUST(mr.remote());
+  Segment s(p->lmr, 0, 64);
+  std::memset(p->local_mem.data(), 0x21, 64);
+  ASSERT_OK(p->iep.write({&s, 1}, rr, 0, 1));
+  ASSERT_EQ(collect(p->icq, 1).size(), 1u);
+  EXPECT_EQ(mapped_ops(p->iep), 1u);
+  std::memset(static_cast<std::uint8_t*>(mr.address()) + 64, 0x55, 64);
+  RemoteRegion forged(rr.address(), rr.length(), rr.key(), kRemote, false);
+  Segment d(p->lmr, 1000, 64);
+  ASSERT_OK(p->iep.read({&d, 1}, forged, 64, 2));
+  expect_refused(2, Opcode::read);
+  EXPECT_TRUE(
+      std::all_of(p->local_mem.begin() + 1000, p->local_mem.begin() + 1064, [](std::uint8_t b) { return b == 0; }));
+}
+
+TEST_F(SameHost, AtomicWriteToASharedRegionIsAnAtomicStore) {
+  auto mr = MUST(p->tz.allocate(8192, Access::all));
+  auto rr = MUST(mr.remote());
+  ASSERT_OK(p->iep.atomic_write(rr, 4104, 0xfeedfacecafebeefull, 1));
+  auto c = collect(p->icq, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_FALSE(c[0].status) << describe(c[0]);
+  EXPECT_EQ(c[0].op, Opcode::atomic_write);
+  EXPECT_EQ(mapped_ops(p->iep), 1u) << "the atomic write went over the connection";
+  std::uint64_t v = 0;
+  std::memcpy(&v, static_cast<std::uint8_t*>(mr.address()) + 4104, 8);
+  EXPECT_EQ(v, 0xfeedfacecafebeefull);
+  // To registered memory: over the connection, as before.
+  ASSERT_OK(p->iep.atomic_write(p->rr, 8, 5, 2));
+  c = collect(p->icq, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_FALSE(c[0].status) << describe(c[0]);
+  EXPECT_EQ(mapped_ops(p->iep), 1u);
+  std::memcpy(&v, p->target_mem.data() + 8, 8);
+  EXPECT_EQ(v, 5u);
+  // Without remote_write: the target's agent answers, remote_access.
+  auto ro = MUST(p->tz.allocate(4096, Access::local_read | Access::remote_read));
+  auto rro = MUST(ro.remote());
+  RemoteRegion forged(rro.address(), rro.length(), rro.key(), kRemote, false);
+  ASSERT_OK(p->iep.atomic_write(forged, 0, 7, 3));
+  c = collect(p->icq, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, make_error_code(Errc::remote_access)) << describe(c[0]);
+  EXPECT_EQ(mapped_ops(p->iep), 1u);
+  std::memcpy(&v, ro.address(), 8);
+  EXPECT_EQ(v, 0u);
+}
+
+TEST_F(SameHost, MappingsAreBoundedAndRevokedOnesDropped) {
+  std::vector<MemoryRegion> regions;
+  Segment s(p->lmr, 0, 8);
+  std::memset(p->local_mem.data(), 0x61, 8);
+  const std::size_t n = detail::direct::Peer::kMaxMappings + 6;
+  for (std::size_t i = 0; i < n; ++i) {
+    regions.push_back(MUST(p->tz.allocate(4096, Access::all)));
+    ASSERT_OK(p->iep.write({&s, 1}, MUST(regions.back().remote()), 8 * (i % 512), i));
+    auto c = collect(p->icq, 1);
+    ASSERT_EQ(c.size(), 1u);
+    ASSERT_FALSE(c[0].status) << describe(c[0]);
+    EXPECT_LE(peer_mappings(p->iep), detail::direct::Peer::kMaxMappings);
+  }
+  EXPECT_EQ(mapped_ops(p->iep), n);
+  EXPECT_EQ(peer_mappings(p->iep), detail::direct::Peer::kMaxMappings);
+  for (std::size_t i = 0; i < n; ++i)
+    EXPECT_EQ(static_cast<std::uint8_t*>(regions[i].address())[8 * (i % 512)], 0x61) << i;
+  // Deregistered regions: their mappings go at the next miss.
+  for (std::size_t i = 0; i < n - 1; ++i) regions[i].close();
+  auto fresh = MUST(p->tz.allocate(4096, Access::all));
+  ASSERT_OK(p->iep.write({&s, 1}, MUST(fresh.remote()), 0, 1000));
+  ASSERT_EQ(collect(p->icq, 1).size(), 1u);
+  EXPECT_EQ(peer_mappings(p->iep), 2u) << "the mappings of deregistered regions stayed";
+}
+
+/// The writer loop of NothingLandsAfterDeregistrationReturns on a shareable
+/// region; `check` is called after close() returned and reports whether the
+/// memory still holds only zeros after a while.
+void deregister_under_writes(Pair& p, MemoryRegion& mr, std::size_t len, const std::function<void()>& zero,
+                             const std::function<bool()>& all_zero) {
+  auto rr = MUST(mr.remote());
+  std::memset(p.local_mem.data(), 0xAB, p.local_mem.size());
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> ok{0};
+  std::thread writer([&] {
+    Segment s(p.lmr, 0, p.local_mem.size());
+    for (std::uint64_t i = 0; !stop.load(); ++i) {
+      if (!p.iep.write({&s, 1}, rr, (i * 4096) % (len - p.local_mem.size() + 1), i).ok()) break;
+      auto c = collect(p.icq, 1);
+      if (c.size() != 1 || c[0].status) break;
+      ok.fetch_add(1);
+    }
+  });
+  const auto until = std::chrono::steady_clock::now() + kWait;
+  while (ok.load() < 20 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  mr.close();
+  zero();  // from here on nothing may write the memory
+  std::this_thread::sleep_for(20ms);
+  stop = true;
+  writer.join();
+  EXPECT_GE(ok.load(), 20u);
+  EXPECT_GE(mapped_ops(p.iep), ok.load());
+  EXPECT_TRUE(all_zero()) << "a byte landed after deregistration returned";
+}
+
+TEST_F(SameHost, NothingLandsInASharedRegionAfterDeregistrationReturns) {
+  // Writes of 1 MiB into 4 MiB, so that close() often comes in the middle of
+  // a copy: without the in-flight protocol, bytes of that copy land after it.
+  for (int round = 0; round < 6; ++round) {
+    SCOPED_TRACE(round);
+    PairOptions o;
+    o.local_size = 1 << 20;
+    p = std::make_unique<Pair>(o);
+    ASSERT_TRUE(direct_ready(p->iep));
+    constexpr std::size_t len = 4 << 20;
+    if (round % 2 == 1) {
+      // map_file: the file outlives the region; look at it with pread.
+      char path[] = "/tmp/remora-samehost-dereg-XXXXXX";
+      const int tmp = ::mkstemp(path);
+      ASSERT_GE(tmp, 0);
+      auto mr = MUST(p->tz.map_file(path, len, Access::remote_write | Access::local_write));
+      const std::vector<std::uint8_t> zeros(len, 0);
+      deregister_under_writes(
+          *p, mr, len, [&] { ASSERT_EQ(::pwrite(tmp, zeros.data(), len, 0), static_cast<ssize_t>(len)); },
+          [&] {
+            std::vector<std::uint8_t> now(len, 1);
+            return ::pread(tmp, now.data(), len, 0) == static_cast<ssize_t>(len) && now == zeros;
+          });
+      ::close(tmp);
+      ::unlink(path);
+      continue;
+    }
+    // allocate: the owner's mapping goes with the region, so the test looks
+    // at the memory file through a mapping of its own.
+    auto mr = MUST(p->tz.allocate(len, Access::remote_write | Access::local_write));
+    const int fd = ::dup(mr.impl()->fd);
+    ASSERT_GE(fd, 0);
+    auto* view = static_cast<std::uint8_t*>(::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    ::close(fd);
+    ASSERT_NE(view, MAP_FAILED);
+    deregister_under_writes(
+        *p, mr, len, [&] { std::memset(view, 0, len); },
+        [&] { return std::all_of(view, view + len, [](std::uint8_t b) { return b == 0; }); });
+    ::munmap(view, len);
+  }
+}
+
 TEST(SameHostOff, WithoutTheVariableEverythingGoesOverTheTransport) {
   ::unsetenv("REMORA_SAMEHOST");
   Pair p;
@@ -260,6 +575,13 @@ TEST(SameHostOff, WithoutTheVariableEverythingGoesOverTheTransport) {
   EXPECT_FALSE(c[0].status);
   EXPECT_EQ(direct_ops(p.iep), 0u);
   EXPECT_FALSE(direct_ready(p.iep, kQuiet));
+  // Nor a shareable region.
+  auto mr = MUST(p.tz.allocate(4096, Access::all));
+  ASSERT_OK(p.iep.write({&s, 1}, MUST(mr.remote()), 0, 2));
+  c = collect(p.icq, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_FALSE(c[0].status);
+  EXPECT_EQ(mapped_ops(p.iep), 0u);
 }
 
 }  // namespace

@@ -97,7 +97,8 @@ Table::~Table() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-int Table::add(std::uint64_t key, std::uint64_t addr, std::uint64_t len, Access access) {
+int Table::add(std::uint64_t key, std::uint64_t addr, std::uint64_t len, Access access, int share_fd,
+               std::uint64_t share_offset) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::size_t start = mix(key) & kMask;
   for (std::size_t i = 0; i < kCapacity; ++i) {
@@ -112,6 +113,7 @@ int Table::add(std::uint64_t key, std::uint64_t addr, std::uint64_t len, Access 
     e.len.store(len, std::memory_order_relaxed);
     e.access.store((has(access, Access::remote_read) ? kRead : 0) | (has(access, Access::remote_write) ? kWrite : 0),
                    std::memory_order_relaxed);
+    e.share.store(encode_share(share_fd, share_offset), std::memory_order_relaxed);
     e.state.store(EntryState::live, std::memory_order_release);
     e.seq.store(s + 2, std::memory_order_release);
     return static_cast<int>(at);
@@ -161,6 +163,7 @@ void Table::remove(int index) {
   e.addr.store(0, std::memory_order_relaxed);
   e.len.store(0, std::memory_order_relaxed);
   e.access.store(0, std::memory_order_relaxed);
+  e.share.store(0, std::memory_order_relaxed);
   e.state.store(timed_out ? EntryState::dead : EntryState::tombstone, std::memory_order_release);
   e.seq.store(s + 2, std::memory_order_release);
 }
@@ -220,55 +223,135 @@ std::unique_ptr<Peer> Peer::open(std::uint64_t pid, std::uint64_t fd, std::uint6
 }
 
 Peer::~Peer() {
+  for (const Mapping& m : maps_) unmap(m);
   if (map_ != nullptr) ::munmap(map_, kTableBytes);
   if (pidfd_ >= 0) ::close(pidfd_);
 }
 
+void Peer::unmap(const Mapping& m) noexcept { ::munmap(m.map, m.span); }
+
+Peer::Found Peer::lookup(std::uint64_t key) const noexcept {
+  Found f;
+  const std::size_t start = mix(key) & kMask;
+  for (std::size_t i = 0; i < kCapacity; ++i) {
+    const std::size_t at = (start + i) & kMask;
+    Entry& e = entries()[at];
+    const std::uint64_t s1 = e.seq.load(std::memory_order_acquire);
+    const std::uint64_t st = e.state.load(std::memory_order_relaxed);
+    if (st == EntryState::empty && (s1 & 1) == 0) break;  // end of the probe chain
+    if (e.key.load(std::memory_order_relaxed) != key) continue;
+    if (s1 & 1) continue;  // being revoked (or entered): not a usable region
+    // Acquire loads: the second read of `seq` below cannot move above them
+    // (a fence would do the same, but TSan does not support fences).
+    f.addr = e.addr.load(std::memory_order_acquire);
+    f.len = e.len.load(std::memory_order_acquire);
+    f.access = e.access.load(std::memory_order_acquire);
+    f.share = e.share.load(std::memory_order_acquire);
+    if (e.seq.load(std::memory_order_relaxed) != s1) {
+      f.torn = true;  // changed under us: look again
+      return f;
+    }
+    if (st != EntryState::live) continue;
+    f.entry = &e;
+    f.index = at;
+    f.seq = s1;
+    return f;
+  }
+  return f;
+}
+
+const Peer::Mapping* Peer::mapping(const Found& f) {
+  for (const Mapping& m : maps_)
+    if (m.index == f.index && m.seq == f.seq) return &m;
+  // A miss: drop every mapping whose entry changed since it was made (the
+  // region was deregistered, or the entry reused), so a revoked region does
+  // not stay mapped here longer than the next miss; then make room.
+  for (std::size_t i = 0; i < maps_.size();) {
+    if (entries()[maps_[i].index].seq.load(std::memory_order_acquire) != maps_[i].seq) {
+      unmap(maps_[i]);
+      maps_.erase(maps_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  if (maps_.size() >= kMaxMappings) {
+    unmap(maps_.front());
+    maps_.erase(maps_.begin());
+  }
+  static const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+  const std::uint64_t offset = share_offset(f.share);
+  if (f.len == 0 || f.len > UINT64_MAX - page || offset % page != 0) return nullptr;
+  const std::uint64_t span = (f.len + page - 1) / page * page;
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd_, share_fd(f.share), 0));
+  if (fd < 0) return nullptr;
+  // Only a regular file (or memfd) long enough to hold the region: a
+  // mapping past its end would fault on access instead of failing here.
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0 ||
+      static_cast<std::uint64_t>(st.st_size) < offset || static_cast<std::uint64_t>(st.st_size) - offset < f.len) {
+    ::close(fd);
+    return nullptr;
+  }
+  // What the region's access allows, and no more: without remote_write the
+  // MMU refuses a store (the privilege is checked before every copy too).
+  const int prot = PROT_READ | ((f.access & kWrite) != 0 ? PROT_WRITE : 0);
+  void* m = ::mmap(nullptr, span, prot, MAP_SHARED, fd, static_cast<off_t>(offset));
+  ::close(fd);
+  if (m == MAP_FAILED) return nullptr;
+  // The descriptor number names the region's file only while the entry is
+  // unchanged (the owner closes it after revoking the entry): if the entry
+  // changed since it was read, what was mapped may be another file.
+  if (f.entry->seq.load(std::memory_order_seq_cst) != f.seq) {
+    ::munmap(m, span);
+    return nullptr;
+  }
+  maps_.push_back(Mapping{f.index, f.seq, static_cast<char*>(m), m, span});
+  return &maps_.back();
+}
+
 Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, std::uint64_t total, std::uint64_t raddr,
-                             std::uint64_t key) {
-  // The pid names the peer only while it lives (a pid is reused once its
-  // process is reaped): its pidfd turns readable when it exits.
-  pollfd pf{pidfd_, POLLIN, 0};
-  if (::poll(&pf, 1, 0) != 0) return Outcome::broken;
+                             std::uint64_t key, bool* mapped) {
   const std::uint64_t need = write ? kWrite : kRead;
   for (int attempt = 0; attempt < 16; ++attempt) {
-    Entry* found = nullptr;
-    std::uint64_t seq = 0, addr = 0, len = 0, access = 0;
-    bool torn = false;
-    const std::size_t start = mix(key) & kMask;
-    for (std::size_t i = 0; i < kCapacity && found == nullptr && !torn; ++i) {
-      Entry& e = entries()[(start + i) & kMask];
-      const std::uint64_t s1 = e.seq.load(std::memory_order_acquire);
-      const std::uint64_t st = e.state.load(std::memory_order_relaxed);
-      if (st == EntryState::empty && (s1 & 1) == 0) break;  // end of the probe chain
-      if (e.key.load(std::memory_order_relaxed) != key) continue;
-      if (s1 & 1) continue;  // being revoked (or entered): not a usable region
-      // Acquire loads: the second read of `seq` below cannot move above
-      // them (a fence would do the same, but TSan does not support fences).
-      addr = e.addr.load(std::memory_order_acquire);
-      len = e.len.load(std::memory_order_acquire);
-      access = e.access.load(std::memory_order_acquire);
-      if (e.seq.load(std::memory_order_relaxed) != s1) {
-        torn = true;  // changed under us: look again
-        break;
-      }
-      if (st != EntryState::live) continue;
-      found = &e;
-      seq = s1;
-    }
-    if (torn) continue;
-    if (found == nullptr)
+    const Found f = lookup(key);
+    if (f.torn) continue;
+    if (f.entry == nullptr)
       // Not a region of the peer's zone, unless the table left some out.
       return header()->omitted.load(std::memory_order_seq_cst) == 0 ? Outcome::refused : Outcome::tcp;
+    Entry* found = f.entry;
     // The checks the target would make: the range inside the region, the
     // privilege in the region's access.
-    if (raddr < addr || total > len || raddr - addr > len - total || (access & need) == 0) return Outcome::refused;
+    if (raddr < f.addr || total > f.len || raddr - f.addr > f.len - total || (f.access & need) == 0)
+      return Outcome::refused;
+    // A shareable region: copy through this process's own mapping of it. No
+    // pidfd check: the mapping is of the region's file, not of a pid.
+    const Mapping* m = f.share != 0 ? mapping(f) : nullptr;
+    if (m == nullptr) {
+      // The pid names the peer only while it lives (a pid is reused once its
+      // process is reaped): its pidfd turns readable when it exits.
+      pollfd pf{pidfd_, POLLIN, 0};
+      if (::poll(&pf, 1, 0) != 0) return Outcome::broken;
+    }
     // Announce the transfer, then make sure the entry was not revoked
     // meanwhile (Table::remove: revoke, then wait for inflight == 0).
     found->inflight.fetch_add(1, std::memory_order_seq_cst);
-    if (found->seq.load(std::memory_order_seq_cst) != seq) {
+    if (found->seq.load(std::memory_order_seq_cst) != f.seq) {
       found->inflight.fetch_sub(1, std::memory_order_seq_cst);
       continue;
+    }
+    if (m != nullptr) {
+      char* at = m->base + (raddr - f.addr);
+      for (const backend::Iov& v : local) {
+        if (v.len == 0) continue;
+        if (write)
+          std::memcpy(at, v.addr, v.len);
+        else
+          std::memcpy(v.addr, at, v.len);
+        at += v.len;
+      }
+      found->inflight.fetch_sub(1, std::memory_order_seq_cst);
+      if (mapped != nullptr) *mapped = true;
+      return Outcome::done;
     }
     iovec liov[kMaxLocal];
     std::size_t n = 0;
@@ -291,6 +374,32 @@ Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, st
     return Outcome::tcp;  // short, EFAULT, ENOMEM: the transport decides
   }
   return Outcome::tcp;  // the entry kept changing
+}
+
+Peer::Outcome Peer::atomic_write(std::uint64_t key, std::uint64_t raddr, std::uint64_t value) {
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    const Found f = lookup(key);
+    if (f.torn) continue;
+    // The checks of handle_request; any failure is the target's to answer.
+    if (f.entry == nullptr || f.share == 0 || (f.access & kWrite) == 0 || raddr % 8 != 0 || f.addr % 8 != 0 ||
+        raddr < f.addr || f.len < 8 || raddr - f.addr > f.len - 8)
+      return Outcome::tcp;
+    const Mapping* m = mapping(f);
+    if (m == nullptr) return Outcome::tcp;
+    f.entry->inflight.fetch_add(1, std::memory_order_seq_cst);
+    if (f.entry->seq.load(std::memory_order_seq_cst) != f.seq) {
+      f.entry->inflight.fetch_sub(1, std::memory_order_seq_cst);
+      continue;
+    }
+    // The mapping starts at the region's start, both 8-aligned, so an
+    // 8-aligned remote address is 8-aligned here too: a real atomic store
+    // to the same physical memory the owner's agent would store to.
+    char* at = m->base + (raddr - f.addr);
+    __atomic_store_n(reinterpret_cast<std::uint64_t*>(at), value, __ATOMIC_SEQ_CST);
+    f.entry->inflight.fetch_sub(1, std::memory_order_seq_cst);
+    return Outcome::done;
+  }
+  return Outcome::tcp;
 }
 
 }  // namespace remora::detail::direct

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "fabric/backend.hpp"
 #include "remora/access.hpp"
@@ -38,7 +39,14 @@ struct Entry {
   // Initiators inside a transfer to this entry's memory: incremented before
   // process_vm_*, decremented after. Deregistration waits for 0.
   std::atomic<std::uint64_t> inflight;
-  std::atomic<std::uint64_t> reserved;
+  // The region's memory as a shared file mapping the initiator may map
+  // itself (ProtectionZone::map_file, ProtectionZone::allocate): 0 when it
+  // is not; else kShareable | the file offset of the region's start in 4 KiB
+  // units << 32 | the descriptor's number in the owner's process
+  // (encode_share, share_fd, share_offset). Was `reserved` (always 0) in
+  // layout 1, so the layout number did not change: a table of an older
+  // version reads as "nothing shareable".
+  std::atomic<std::uint64_t> share;
 };
 static_assert(sizeof(Entry) == 64);
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
@@ -50,6 +58,17 @@ enum EntryState : std::uint64_t {
   dead = 3,       // a revocation timed out (a peer died inside a transfer): never reused
 };
 constexpr std::uint64_t kRead = 1, kWrite = 2;
+
+constexpr std::uint64_t kShareable = 1ull << 63;
+/// Entry::share for a region at file offset `offset` (a multiple of 4 KiB
+/// below 2^43) of descriptor `fd`; 0 (not shareable) when either is out of
+/// range.
+constexpr std::uint64_t encode_share(int fd, std::uint64_t offset) noexcept {
+  if (fd < 0 || (offset & 4095) != 0 || (offset >> 12) >= (1ull << 31)) return 0;
+  return kShareable | ((offset >> 12) << 32) | static_cast<std::uint32_t>(fd);
+}
+constexpr int share_fd(std::uint64_t share) noexcept { return static_cast<int>(share & 0x7fffffffull); }
+constexpr std::uint64_t share_offset(std::uint64_t share) noexcept { return ((share >> 32) & 0x7fffffffull) << 12; }
 
 struct Header {
   std::atomic<std::uint64_t> magic;
@@ -96,8 +115,12 @@ class Table {
   int fd() const noexcept { return fd_; }
   std::uint64_t nonce() const noexcept { return header()->nonce.load(std::memory_order_relaxed); }
   /// Enter a region (the table full: counted as omitted, served over tcp).
-  /// Returns the entry's index, or -1.
-  int add(std::uint64_t key, std::uint64_t addr, std::uint64_t len, Access access);
+  /// `share_fd`/`share_offset`: the region's memory is a shared mapping of
+  /// that descriptor (which stays open until remove returns) from that file
+  /// offset, so initiators may map it (-1: not shareable). Returns the
+  /// entry's index, or -1.
+  int add(std::uint64_t key, std::uint64_t addr, std::uint64_t len, Access access, int share_fd = -1,
+          std::uint64_t share_offset = 0);
   /// Revoke entry `index` (from add): after this returns, no initiator that
   /// honours the protocol is inside a transfer to it, and none starts one
   /// (bounded wait: a peer killed inside a transfer never leaves it).
@@ -131,15 +154,49 @@ class Peer {
     broken,   // the peer cannot be reached this way any more (EPERM, ESRCH): use tcp from now on
   };
   /// Check [raddr, raddr+total) against the entry of `key` (privilege: write
-  /// or read) and transfer between `local` and it.
+  /// or read) and transfer between `local` and it: a memcpy through this
+  /// process's own mapping of the region when the entry is shareable (and
+  /// `*mapped` set), else process_vm_writev/readv.
   Outcome transfer(bool write, std::span<const backend::Iov> local, std::uint64_t total, std::uint64_t raddr,
-                   std::uint64_t key);
+                   std::uint64_t key, bool* mapped = nullptr);
+  /// The 8-byte atomic write as an atomic store through the mapping of a
+  /// shareable entry, after the target's checks. `done`, or `tcp` for
+  /// anything else (not shareable, not mappable, a failed check: the
+  /// target's agent decides and answers).
+  Outcome atomic_write(std::uint64_t key, std::uint64_t raddr, std::uint64_t value);
+
+  /// At most this many regions of the peer are mapped at a time (the oldest
+  /// mapping is dropped for a new one).
+  static constexpr std::size_t kMaxMappings = 64;
+  /// Mappings held now (tests).
+  std::size_t mappings() const noexcept { return maps_.size(); }
 
  private:
   Peer() = default;
+  /// A region of the peer mapped here: entry `index` as of `seq`.
+  struct Mapping {
+    std::size_t index;
+    std::uint64_t seq;
+    char* base;        // the region's first byte (entry addr) here
+    void* map;         // what mmap returned
+    std::size_t span;  // mapped length
+  };
+  /// One consistent read of the entry of `key`.
+  struct Found {
+    Entry* entry = nullptr;
+    std::size_t index = 0;
+    std::uint64_t seq = 0, addr = 0, len = 0, access = 0, share = 0;
+    bool torn = false;  // changed while read: look again
+  };
+  Found lookup(std::uint64_t key) const noexcept;
+  /// The mapping of `f` (a shareable entry), made now if needed; null when
+  /// it cannot be made (the caller uses cross-memory attach).
+  const Mapping* mapping(const Found& f);
+  void unmap(const Mapping& m) noexcept;
   pid_t pid_ = 0;
   int pidfd_ = -1;
   void* map_ = nullptr;
+  std::vector<Mapping> maps_;  // oldest first, at most kMaxMappings
   Header* header() const noexcept { return static_cast<Header*>(map_); }
   Entry* entries() const noexcept { return reinterpret_cast<Entry*>(static_cast<char*>(map_) + sizeof(Header)); }
 };

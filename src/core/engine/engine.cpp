@@ -219,13 +219,27 @@ bool EndpointImpl::try_direct(OpSlot& s) {
   // endpoint in flight or waiting: the operation is placed now, so every
   // earlier one must be complete for the ordering guarantees to hold.
   if (!direct_peer || in_flight != 0 || !deferred.empty()) return false;
+  if (s.kind == OpSlot::Kind::ctl) {
+    // The atomic write, as an atomic store through the mapping of a
+    // shareable region; anything else (and any failed check) goes to the
+    // target's agent, which answers it.
+    if (s.ctl.op != wire::op_atomic_write || s.ctl.len != 8) return false;
+    if (direct_peer->atomic_write(s.ctl.key, s.ctl.addr, s.ctl.value) != direct::Peer::Outcome::done) return false;
+    if (s.check) zone->check->on_take(*this, s);
+    direct_ops.fetch_add(1, std::memory_order_relaxed);
+    direct_mapped_ops.fetch_add(1, std::memory_order_relaxed);
+    complete(s, {});
+    return true;
+  }
   const bool write = s.kind == OpSlot::Kind::write;
   if (write ? s.with_data : s.kind != OpSlot::Kind::read) return false;
   if (s.done.length == 0) return false;  // nothing to place: the transport's rules apply
-  switch (direct_peer->transfer(write, {s.iov, s.iov_count}, s.done.length, s.raddr, s.rkey)) {
+  bool mapped = false;
+  switch (direct_peer->transfer(write, {s.iov, s.iov_count}, s.done.length, s.raddr, s.rkey, &mapped)) {
     case direct::Peer::Outcome::done:
       if (s.check) zone->check->on_take(*this, s);
       direct_ops.fetch_add(1, std::memory_order_relaxed);
+      if (mapped) direct_mapped_ops.fetch_add(1, std::memory_order_relaxed);
       complete(s, {});
       return true;
     case direct::Peer::Outcome::refused:

@@ -31,6 +31,8 @@ void RegionImpl::close() noexcept {
   // once deregistration returns, the memory is not touched).
   { std::unique_lock<std::shared_mutex> quiesce(zone->transport_mu); }
   if (map != nullptr) pmem2_map_delete(&map);
+  if (owned_map != nullptr) ::munmap(owned_map, owned_len);
+  owned_map = nullptr;
   if (fd >= 0) ::close(fd);
   fd = -1;
 }

@@ -37,8 +37,11 @@ bool range_mapped(const void* addr, std::size_t len) noexcept {
   return msync(reinterpret_cast<void*>(start), end - start, MS_ASYNC) == 0;
 }
 
+/// `share_fd`: the memory is a shared mapping of that descriptor from file
+/// offset 0 (map_file, allocate), which lives as long as the region: same-host
+/// peers may map it themselves. -1 otherwise.
 Result<std::shared_ptr<RegionImpl>> register_region(const std::shared_ptr<ZoneImpl>& zone, void* addr, std::size_t len,
-                                                    Access access) {
+                                                    Access access, int share_fd = -1) {
   auto r = std::make_shared<RegionImpl>();
   r->zone = zone;
   r->base = addr;
@@ -64,7 +67,7 @@ Result<std::shared_ptr<RegionImpl>> register_region(const std::shared_ptr<ZoneIm
   // (docs/design.md, "Same-host direct path"); a full table leaves the
   // region to the transport.
   if (r->registered && zone->direct)
-    r->direct_slot = zone->direct->add(r->key, reinterpret_cast<std::uint64_t>(addr), len, access);
+    r->direct_slot = zone->direct->add(r->key, reinterpret_cast<std::uint64_t>(addr), len, access, share_fd, 0);
   return r;
 }
 
@@ -124,7 +127,7 @@ Result<MemoryRegion> ProtectionZone::map_file(const std::string& path, std::size
     ::close(fd);
     return Errc::io_error;
   }
-  auto r = detail::register_region(impl_, pmem2_map_get_address(map), len, access);
+  auto r = detail::register_region(impl_, pmem2_map_get_address(map), len, access, fd);
   if (!r) {
     pmem2_map_delete(&map);
     ::close(fd);
@@ -136,6 +139,38 @@ Result<MemoryRegion> ProtectionZone::map_file(const std::string& path, std::size
   // page-granular mapping it would msync and drop the error, so such a
   // mapping is written back by RegionImpl::persist's own checked msync.
   if (pmem2_map_get_store_granularity(map) != PMEM2_GRANULARITY_PAGE) (*r)->persist_fn = pmem2_get_persist_fn(map);
+  (*r)->fd = fd;
+  if (impl_->check) impl_->check->on_register(**r);
+  return MemoryRegion(std::move(*r));
+}
+
+Result<MemoryRegion> ProtectionZone::allocate(std::size_t len, Access access) {
+  if (!impl_) return Errc::invalid_handle;
+  if (len == 0 || access == Access::none ||
+      (static_cast<std::uint32_t>(access) & ~static_cast<std::uint32_t>(Access::all)) != 0)
+    return Errc::invalid_argument;
+  static const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  if (len > SIZE_MAX - page || len > static_cast<std::size_t>(INT64_MAX) - page) return Errc::invalid_argument;
+  const std::size_t span = (len + page - 1) / page * page;
+  const int fd = static_cast<int>(::memfd_create("remora-region", MFD_CLOEXEC));
+  if (fd < 0) return Errc::no_memory;  // EMFILE, ENFILE, ENOMEM
+  if (::ftruncate(fd, static_cast<off_t>(span)) != 0) {
+    ::close(fd);
+    return Errc::no_memory;
+  }
+  void* m = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) {
+    ::close(fd);
+    return Errc::no_memory;
+  }
+  auto r = detail::register_region(impl_, m, len, access, fd);
+  if (!r) {
+    ::munmap(m, span);
+    ::close(fd);
+    return r.error();
+  }
+  (*r)->owned_map = m;
+  (*r)->owned_len = span;
   (*r)->fd = fd;
   if (impl_->check) impl_->check->on_register(**r);
   return MemoryRegion(std::move(*r));
