@@ -8,7 +8,9 @@
 #      ucp_put_lat at 8 bytes, on memory UCX allocates itself;
 #   3. Remora on this host: remora-perf over tcp on 127.0.0.1 (remora-tcp),
 #      and the same with the same-host direct path on (REMORA_SAMEHOST=1 on
-#      both sides: remora-direct): write bandwidth (64 KiB, 1 MiB; qd 16),
+#      both sides: remora-direct; and into a target buffer the server's
+#      zone allocated, which the client maps: remora-mapped): write
+#      bandwidth (64 KiB, 1 MiB; qd 16),
 #      read bandwidth (64 KiB) and 8-byte write + VISIBILITY flush latency
 #      (target asleep, and target and client busy-polling).
 #
@@ -214,10 +216,16 @@ for ((rep = 1; rep <= REPS; rep++)); do
     fi
     for c in "${REMORA_CASES[@]}"; do
         IFS='|' read -r name op size iters sflags cflags <<<"$c"
-        for direct in 0 1; do
-            echo "samehost.sh: rep $rep/$REPS remora-perf $name size $size REMORA_SAMEHOST=$direct" >&2
-            REMORA_SAMEHOST=$direct remora_run "remora$direct.$name.$size.$rep" "$op" "$size" "$iters" \
-                "$sflags" "$cflags"
+        # 0: tcp; 1: the direct path into the server's heap buffer (cross-
+        # memory attach); 2: the direct path into a buffer the server's zone
+        # allocated (--shared-target: mapped by the client, memcpy).
+        for variant in 0 1 2; do
+            direct=$((variant > 0 ? 1 : 0))
+            extra=""
+            ((variant == 2)) && extra="--shared-target"
+            echo "samehost.sh: rep $rep/$REPS remora-perf $name size $size REMORA_SAMEHOST=$direct $extra" >&2
+            REMORA_SAMEHOST=$direct remora_run "remora$variant.$name.$size.$rep" "$op" "$size" "$iters" \
+                "$sflags $extra" "$cflags"
         done
     done
 done
@@ -284,9 +292,9 @@ for (test, size), runs in sorted(ucx.items()):
 
 # 3. remora-perf
 remora = {}
-for path in glob.glob(os.path.join(work, "remora[01].*.json")):
+for path in glob.glob(os.path.join(work, "remora[012].*.json")):
     engine, name, size, rep = os.path.basename(path)[:-5].split(".")
-    engine = "remora-direct" if engine == "remora1" else "remora-tcp"
+    engine = {"remora0": "remora-tcp", "remora1": "remora-direct", "remora2": "remora-mapped"}[engine]
     for line in open(path):
         if line.startswith("{"):
             o = json.loads(line)
@@ -347,6 +355,8 @@ notes = [
     "remora-direct: the same runs with REMORA_SAMEHOST=1 on both sides: writes and reads are placed with "
     "process_vm_writev/readv after Remora's key, bounds and privilege checks (remora-perf's memory is "
     "ordinary heap memory); the flush of a range just written completes at the initiator",
+    "remora-mapped: the same with the server's target buffer from ProtectionZone::allocate "
+    "(remora-perf --server --shared-target, a memfd): the client maps it once and copies with memcpy",
 ] + ([f"ucx-sm: ucx_perftest (ucx-utils {ucx_version}), UCX_TLS={ucx_tls}, memory UCX allocates itself "
        "(ucp_mem_map ALLOCATE); put_bw: puts streamed with UCX's default window, no completion waited for per put; "
        "put_lat: half a "

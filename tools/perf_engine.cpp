@@ -1018,8 +1018,13 @@ class Server {
     if (bidir_ && op_ != Op::write && op_ != Op::read && op_ != Op::send)
       return reject(req, "bidirectional runs are for write, read and send");
 
-    target_mem_ = allocate(size_);
-    auto mr = zone_.register_memory(target_mem_.get(), size_, Access::remote_read | Access::remote_write);
+    Result<MemoryRegion> mr = Errc::invalid_argument;
+    if (cfg_.shared_target) {
+      mr = zone_.allocate(size_, Access::remote_read | Access::remote_write);
+    } else {
+      target_mem_ = allocate(size_);
+      mr = zone_.register_memory(target_mem_.get(), size_, Access::remote_read | Access::remote_write);
+    }
     if (!mr) return reject(req, "registering " + size_text(size_) + ": " + msg(mr.error()));
     target_mr_ = std::move(*mr);
     regions_.push_back(*target_mr_.remote());

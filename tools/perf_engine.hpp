@@ -22,6 +22,7 @@ struct Config : CommonConfig {
   std::size_t size_max = kDefaultSizeMax;  ///< server: largest buffer a client may ask for
   bool size_max_set = false;
   bool connections_set = false;
+  bool shared_target = false;          ///< server: the target buffer from ProtectionZone::allocate
   std::string plot;                    ///< --plot: the SVG to write
   std::vector<std::string> plot_json;  ///< --plot-json FILE[=LABEL]: plot these instead of running
   std::string plot_title;              ///< --plot-title

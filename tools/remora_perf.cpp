@@ -35,7 +35,7 @@ constexpr std::string_view kProgram = "remora-perf";
 
 // ---- the option table ---------------------------------------------------------
 
-constexpr std::array<Option<Config>, 24> kOptions{{
+constexpr std::array<Option<Config>, 25> kOptions{{
     opt::server<Config>(),
     opt::client<Config>(),
     opt::port<Config, true>("TCP port of the server (server: 0 picks a free one)"),
@@ -46,6 +46,11 @@ constexpr std::array<Option<Config>, 24> kOptions{{
                            "busy_poll); the client busy-polls its queue unless --wait"),
     opt::wait<Config>("client: sleep on the completion queue's fd (poll(2))\n"
                       "whenever no completion is ready (event-driven)"),
+    {"--shared-target", "",
+     "server: the target buffer is memory the zone allocates\n"
+     "(ProtectionZone::allocate, a memfd): same-host clients with\n"
+     "REMORA_SAMEHOST=1 map it and copy into it directly",
+     [](Config& c, std::string_view) { c.shared_target = true; }},
     {"--size-max", "BYTES", "server: largest buffer a client may ask for (default 1g)",
      [](Config& c, std::string_view v) {
        c.size_max = remora::tools::parse_size("--size-max", v, remora::perf::kMaxSize);
@@ -160,6 +165,7 @@ void validate(Config& c) {
     throw UsageError("--connections, --bidirectional, --plot and --plot-title are client options");
   if (!remora::perf::validate_role(c)) return;
   if (c.size_max_set) throw UsageError("--size-max is a server option");
+  if (c.shared_target) throw UsageError("--shared-target is a server option");
   if (c.port == 0) throw UsageError("--port: the client needs the server's port (1..65535)");
   remora::perf::validate_client(c);
   using remora::perf::Op;
