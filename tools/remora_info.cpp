@@ -303,14 +303,17 @@ int check(const std::string& provider) {
   // RMA between processes of this host by cross-memory attach, which needs
   // ptrace rights over the peer (pidfd_getfd, process_vm_writev/readv).
   const std::string scope = read_first_line("/proc/sys/kernel/yama/ptrace_scope");
+  // On unless the program (FabricOptions::same_host) or REMORA_SAMEHOST
+  // turns it off; the library reports a value it does not know and ignores it.
   const char* samehost = std::getenv("REMORA_SAMEHOST");
-  const bool direct_on = samehost != nullptr && std::string_view(samehost) == "1";
+  const std::string_view sh = samehost != nullptr ? samehost : "";
+  const bool direct_on = !(sh == "0" || sh == "off" || sh == "no" || sh == "false");
   const std::string scope_note = scope.empty() ? std::string() : " (kernel.yama.ptrace_scope = " + scope + ")";
   if (!direct_on) {
-    out.push_back(
-        {'o',
-         "same-host direct path: off (REMORA_SAMEHOST=1 turns it on); every connection uses libfabric" + scope_note,
-         ""});
+    out.push_back({'o',
+                   "same-host direct path: off (REMORA_SAMEHOST=" + std::string(sh) +
+                       "); every connection uses libfabric" + scope_note,
+                   ""});
   } else if (scope == "3") {
     out.push_back(
         {'w', "same-host direct path: on, but the kernel forbids it" + scope_note + ": every connection uses libfabric",
@@ -326,7 +329,9 @@ int check(const std::string& provider) {
                        scope_note + ", other peers use libfabric",
                    ""});
   } else {
-    out.push_back({'o', "same-host direct path: on (REMORA_SAMEHOST=1) towards peers of this user" + scope_note, ""});
+    out.push_back(
+        {'o', "same-host direct path: on towards peers of this user" + scope_note + " (REMORA_SAMEHOST=0 turns it off)",
+         ""});
   }
   std::size_t errors = 0, warnings = 0;
   for (const auto& f : out) {

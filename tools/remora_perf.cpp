@@ -48,8 +48,8 @@ constexpr std::array<Option<Config>, 25> kOptions{{
                       "whenever no completion is ready (event-driven)"),
     {"--shared-target", "",
      "server: the target buffer is memory the zone allocates\n"
-     "(ProtectionZone::allocate, a memfd): same-host clients with\n"
-     "REMORA_SAMEHOST=1 map it and copy into it directly",
+     "(ProtectionZone::allocate, a memfd): same-host clients map\n"
+     "it and copy into it directly (unless REMORA_SAMEHOST=0)",
      [](Config& c, std::string_view) { c.shared_target = true; }},
     {"--size-max", "BYTES", "server: largest buffer a client may ask for (default 1g)",
      [](Config& c, std::string_view v) {

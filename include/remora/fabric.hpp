@@ -27,6 +27,14 @@ struct FabricOptions {
   /// ("reuse", "strict", "crash", "noncoherent", "all", "report=PATH", ...).
   /// The environment variable, when set, applies as well. Empty: off.
   std::string check = {};
+  /// The same-host direct path (docs/design.md, "Same-host direct path"):
+  /// when the peer of a connection is a process of this host that this
+  /// process may ptrace, writes and reads (and 8-byte atomic writes into
+  /// regions the peer's zone mapped from a file or allocated) are placed in
+  /// its memory directly, after the same key, bounds and privilege checks.
+  /// Both peers must allow it. false, or REMORA_SAMEHOST=0 in the
+  /// environment, keeps every connection of this fabric on the provider.
+  bool same_host = true;
 };
 
 struct ZoneOptions {

@@ -116,8 +116,9 @@ struct ZoneImpl : std::enable_shared_from_this<ZoneImpl> {
 
   // Same-host direct path (docs/design.md, "Same-host direct path"): the
   // zone's region table, which same-host peers map; null when the path is
-  // off (REMORA_SAMEHOST unset, the in-memory transport) or the table could
-  // not be made (`direct_why_not` says why). Set at creation, then constant.
+  // off (FabricOptions::same_host, REMORA_SAMEHOST=0, the in-memory transport)
+  // or the table could not be made (`direct_why_not` says which). Set at
+  // creation, then constant.
   std::unique_ptr<direct::Table> direct;
   std::string direct_why_not;
 };
@@ -396,7 +397,7 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   // Same-host direct path: the peer zone's region table, mapped once its
   // offer was accepted (null: everything goes over the transport), and why
   // it is not used when it is not (diagnostics).
-  std::unique_ptr<direct::Peer> direct_peer REMORA_GUARDED_BY(mu);
+  std::shared_ptr<direct::Peer> direct_peer REMORA_GUARDED_BY(mu);
   std::string direct_why_not REMORA_GUARDED_BY(mu);
   // Operations placed by the direct path (tests look at it).
   std::atomic<std::uint64_t> direct_ops{0};

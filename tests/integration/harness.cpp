@@ -433,6 +433,7 @@ TempDir::~TempDir() {
 ::testing::AssertionResult Client::init(bool busy_poll, std::size_t local_size) {
   FabricOptions fo;
   fo.busy_poll = busy_poll;
+  fo.same_host = same_host;
   auto f = Fabric::open(fo);
   if (!f) return ::testing::AssertionFailure() << "Fabric::open: " << f.error().message();
   fabric_ = std::move(*f);

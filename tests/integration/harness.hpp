@@ -143,6 +143,10 @@ class TempDir {
 class Client {
  public:
   ::testing::AssertionResult init(bool busy_poll = false, std::size_t local_size = 4 << 20);
+  /// Set before init: false keeps this client's connections on the
+  /// transport (FabricOptions::same_host), for tests of the transport's own
+  /// behaviour.
+  bool same_host = true;
   remora::ProtectionZone& zone() { return zone_; }
   remora::CompletionQueue& cq() { return cq_; }
   remora::MemoryRegion& mr() { return mr_; }

@@ -7,6 +7,8 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -76,7 +78,9 @@ std::string why_not(const Endpoint& ep) {
 class SameHost : public ::testing::Test {
  protected:
   void SetUp() override {
-    ::setenv("REMORA_SAMEHOST", "1", 1);  // read when a zone is created
+    // On by default; "1" so that a REMORA_SAMEHOST=0 around the test run
+    // does not turn it off (read when a zone is created).
+    ::setenv("REMORA_SAMEHOST", "1", 1);
     p = std::make_unique<Pair>();
     ASSERT_TRUE(direct_ready(p->iep)) << "the initiator never mapped the target's table: " << why_not(p->iep);
   }
@@ -550,24 +554,121 @@ TEST_F(SameHost, NothingLandsInASharedRegionAfterDeregistrationReturns) {
       ::unlink(path);
       continue;
     }
-    // allocate: the owner's mapping goes with the region, so the test looks
-    // at the memory file through a mapping of its own.
+    // allocate: deregistration empties the region's memory file, so a copy
+    // still landing after it returned would fault in the initiator (this
+    // process) rather than write. The test keeps the file open and looks
+    // that it stays empty: a late write cannot have extended it.
     auto mr = MUST(p->tz.allocate(len, Access::remote_write | Access::local_write));
     const int fd = ::dup(mr.impl()->fd);
     ASSERT_GE(fd, 0);
-    auto* view = static_cast<std::uint8_t*>(::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-    ::close(fd);
-    ASSERT_NE(view, MAP_FAILED);
+    auto file_size = [fd] {
+      struct stat st {};
+      return ::fstat(fd, &st) == 0 ? static_cast<long long>(st.st_size) : -1;
+    };
     deregister_under_writes(
-        *p, mr, len, [&] { std::memset(view, 0, len); },
-        [&] { return std::all_of(view, view + len, [](std::uint8_t b) { return b == 0; }); });
-    ::munmap(view, len);
+        *p, mr, len, [] {}, [&] { return file_size() == 0; });
+    ::close(fd);
   }
 }
 
-TEST(SameHostOff, WithoutTheVariableEverythingGoesOverTheTransport) {
-  ::unsetenv("REMORA_SAMEHOST");
-  Pair p;
+// Every connection towards one peer zone shares one mapping of its table,
+// one pidfd and one cache of region mappings: a second direct connection
+// costs no more than its socket, and the peer is let go with the last one.
+TEST_F(SameHost, ConnectionsTowardsOnePeerShareOnePeer) {
+  const std::size_t before = detail::direct::Peer::open_count();
+  ASSERT_GE(before, 2u) << "each side of the pair maps the other's table";
+  EndpointOptions o;
+  o.send_cq = &p->tcq;
+  auto t2 = MUST(p->tz.create_endpoint(o));
+  o.send_cq = &p->icq;
+  auto i2 = MUST(p->iz.create_endpoint(o));
+  MUST(i2.connect("127.0.0.1", p->lis.port()));
+  MUST(MUST(p->lis.next_request(kWait)).accept(t2));
+  ASSERT_EQ(MUST(i2.next_event(kWait)).type, ConnectionEventType::established);
+  ASSERT_EQ(MUST(t2.next_event(kWait)).type, ConnectionEventType::established);
+  ASSERT_TRUE(direct_ready(i2)) << why_not(i2);
+  ASSERT_TRUE(direct_ready(t2)) << why_not(t2);
+  EXPECT_EQ(detail::direct::Peer::open_count(), before);
+  {
+    detail::MutexLock a(p->iep.impl()->mu);
+    detail::MutexLock b(i2.impl()->mu);
+    EXPECT_EQ(p->iep.impl()->direct_peer.get(), i2.impl()->direct_peer.get());
+  }
+  // Both place their writes directly, through one mapping of the region.
+  auto mr = MUST(p->tz.allocate(4096, Access::all));
+  const auto rr = MUST(mr.remote());
+  Segment s(p->lmr, 0, 8);
+  ASSERT_OK(p->iep.write({&s, 1}, rr, 0, 1));
+  ASSERT_OK(i2.write({&s, 1}, rr, 8, 2));
+  ASSERT_EQ(collect(p->icq, 2).size(), 2u);
+  EXPECT_EQ(mapped_ops(p->iep), 1u);
+  EXPECT_EQ(mapped_ops(i2), 1u);
+  EXPECT_EQ(peer_mappings(i2), 1u);
+  // The second connection closed: the peer stays for the first.
+  i2.close();
+  t2.close();
+  EXPECT_EQ(detail::direct::Peer::open_count(), before);
+  p->iep.close();
+  p->tep.close();
+  EXPECT_EQ(detail::direct::Peer::open_count(), before - 2);
+}
+
+// A connection that ends (here the target closes it) lets go of the peer:
+// nothing of the peer's zone stays mapped in the initiator.
+TEST_F(SameHost, AnEndedConnectionLeavesNothingOfThePeerMapped) {
+  auto mr = MUST(p->tz.allocate(4096, Access::all));
+  Segment s(p->lmr, 0, 8);
+  ASSERT_OK(p->iep.write({&s, 1}, MUST(mr.remote()), 0, 1));
+  ASSERT_EQ(collect(p->icq, 1).size(), 1u);
+  ASSERT_EQ(mapped_ops(p->iep), 1u);
+  // The owner's mapping and the initiator's.
+  EXPECT_EQ(memfd_mappings("remora-region").size(), 2u);
+  const std::size_t tables = memfd_mappings("remora-regions").size();
+  p->tep.close();
+  EXPECT_EQ(MUST(p->iep.next_event(kWait)).type, ConnectionEventType::disconnected);
+  EXPECT_FALSE(direct_ready(p->iep, 0ms));
+  EXPECT_EQ(memfd_mappings("remora-region").size(), 1u) << "the initiator still maps the target's region";
+  // Neither side maps the other's table any more (each keeps its own).
+  EXPECT_EQ(memfd_mappings("remora-regions").size(), tables - 2);
+}
+
+// Deregistering a region from ProtectionZone::allocate takes its pages from
+// every peer's mapping before it returns: an initiator that still holds the
+// mapping (dropped at its next miss) reaches nothing through it.
+TEST_F(SameHost, DeregisteringAnAllocatedRegionTakesItsPagesFromThePeer) {
+  auto mr = MUST(p->tz.allocate(4096, Access::all));
+  std::memset(p->local_mem.data(), 0x5C, 8);
+  Segment s(p->lmr, 0, 8);
+  ASSERT_OK(p->iep.write({&s, 1}, MUST(mr.remote()), 0, 1));
+  ASSERT_EQ(collect(p->icq, 1).size(), 1u);
+  ASSERT_EQ(mapped_ops(p->iep), 1u);
+  const void* at = nullptr;
+  {
+    detail::MutexLock lock(p->iep.impl()->mu);
+    ASSERT_TRUE(p->iep.impl()->direct_peer);
+    at = p->iep.impl()->direct_peer->newest_mapping();
+  }
+  ASSERT_NE(at, nullptr);
+  // Read through the initiator's mapping as a process would (EFAULT, not a
+  // signal, where nothing backs it).
+  auto read_through = [at](std::uint8_t* out) {
+    iovec local{out, 8};
+    iovec remote{const_cast<void*>(at), 8};
+    return ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0);
+  };
+  std::uint8_t got[8] = {};
+  ASSERT_EQ(read_through(got), 8);
+  EXPECT_EQ(got[0], 0x5C);
+  mr = MemoryRegion();  // deregistered, and its memory freed
+  EXPECT_EQ(peer_mappings(p->iep), 1u) << "the mapping is still cached (dropped at the next miss)";
+  errno = 0;
+  EXPECT_EQ(read_through(got), -1) << "the region's pages are still reachable through the peer's mapping";
+  EXPECT_EQ(errno, EFAULT);
+}
+
+/// Pair `p` with the path off: a write and a write into an allocated region
+/// go over the transport, and the initiator never maps the peer's table.
+void expect_all_over_the_transport(Pair& p) {
   Segment s(p.lmr, 0, 64);
   ASSERT_OK(p.iep.write({&s, 1}, p.rr, 0, 1));
   auto c = collect(p.icq, 1);
@@ -575,6 +676,7 @@ TEST(SameHostOff, WithoutTheVariableEverythingGoesOverTheTransport) {
   EXPECT_FALSE(c[0].status);
   EXPECT_EQ(direct_ops(p.iep), 0u);
   EXPECT_FALSE(direct_ready(p.iep, kQuiet));
+  EXPECT_NE(why_not(p.iep).find("off"), std::string::npos) << why_not(p.iep);
   // Nor a shareable region.
   auto mr = MUST(p.tz.allocate(4096, Access::all));
   ASSERT_OK(p.iep.write({&s, 1}, MUST(mr.remote()), 0, 2));
@@ -582,6 +684,46 @@ TEST(SameHostOff, WithoutTheVariableEverythingGoesOverTheTransport) {
   ASSERT_EQ(c.size(), 1u);
   EXPECT_FALSE(c[0].status);
   EXPECT_EQ(mapped_ops(p.iep), 0u);
+}
+
+TEST(SameHostSwitch, OnWithoutAnySetting) {
+  ::unsetenv("REMORA_SAMEHOST");
+  Pair p;
+  ASSERT_TRUE(direct_ready(p.iep)) << why_not(p.iep);
+  Segment s(p.lmr, 0, 64);
+  ASSERT_OK(p.iep.write({&s, 1}, p.rr, 0, 1));
+  ASSERT_EQ(collect(p.icq, 1).size(), 1u);
+  EXPECT_EQ(direct_ops(p.iep), 1u);
+}
+
+TEST(SameHostSwitch, TheProgramTurnsItOff) {
+  ::unsetenv("REMORA_SAMEHOST");
+  PairOptions o;
+  o.fabric.same_host = false;
+  Pair p(o);
+  expect_all_over_the_transport(p);
+}
+
+TEST(SameHostSwitch, TheEnvironmentTurnsItOff) {
+  for (const char* off : {"0", "off", "no", "false"}) {
+    SCOPED_TRACE(off);
+    ::setenv("REMORA_SAMEHOST", off, 1);
+    Pair p;
+    expect_all_over_the_transport(p);
+  }
+  ::unsetenv("REMORA_SAMEHOST");
+}
+
+TEST(SameHostSwitch, AnUnknownValueIsReportedAndLeavesItOn) {
+  ::setenv("REMORA_SAMEHOST", "maybe", 1);
+  ::testing::internal::CaptureStderr();
+  std::unique_ptr<Pair> p;
+  EXPECT_NO_THROW(p = std::make_unique<Pair>());
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ::unsetenv("REMORA_SAMEHOST");
+  EXPECT_NE(err.find("REMORA_SAMEHOST=\"maybe\""), std::string::npos) << err;
+  ASSERT_TRUE(p);
+  EXPECT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
 }
 
 }  // namespace
@@ -600,19 +742,19 @@ TEST(SameHostOffer, ATableWhoseNonceIsNotTheOfferedOneIsRefused) {
   const auto pid = static_cast<std::uint64_t>(::getpid());
   const auto fd = static_cast<std::uint64_t>(table->fd());
   why.clear();
-  EXPECT_FALSE(detail::direct::Peer::open(pid, fd, table->nonce() ^ 1, me.boot_hash, me.pidns, why));
+  EXPECT_FALSE(detail::direct::Peer::get(pid, fd, table->nonce() ^ 1, me.boot_hash, me.pidns, why));
   EXPECT_NE(why.find("nonce"), std::string::npos) << why;
   why.clear();
-  EXPECT_FALSE(detail::direct::Peer::open(pid, fd, 0, me.boot_hash, me.pidns, why));
+  EXPECT_FALSE(detail::direct::Peer::get(pid, fd, 0, me.boot_hash, me.pidns, why));
   EXPECT_NE(why.find("nonce"), std::string::npos) << why;
   why.clear();
-  EXPECT_TRUE(detail::direct::Peer::open(pid, fd, table->nonce(), me.boot_hash, me.pidns, why)) << why;
+  EXPECT_TRUE(detail::direct::Peer::get(pid, fd, table->nonce(), me.boot_hash, me.pidns, why)) << why;
   // Another host or pid namespace: refused before anything is opened.
   why.clear();
-  EXPECT_FALSE(detail::direct::Peer::open(pid, fd, table->nonce(), me.boot_hash ^ 1, me.pidns, why));
+  EXPECT_FALSE(detail::direct::Peer::get(pid, fd, table->nonce(), me.boot_hash ^ 1, me.pidns, why));
   EXPECT_NE(why.find("another host"), std::string::npos) << why;
   why.clear();
-  EXPECT_FALSE(detail::direct::Peer::open(pid, fd, table->nonce(), me.boot_hash, me.pidns ^ 1, why));
+  EXPECT_FALSE(detail::direct::Peer::get(pid, fd, table->nonce(), me.boot_hash, me.pidns ^ 1, why));
   EXPECT_NE(why.find("pid namespace"), std::string::npos) << why;
 }
 

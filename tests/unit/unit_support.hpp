@@ -126,6 +126,7 @@ struct PairOptions {
   std::size_t target_size = 4096;
   std::size_t local_size = 4096;
   bool connect = true;
+  FabricOptions fabric{};  // same_host = false: a test of the transport itself
 };
 
 class Pair {
@@ -135,7 +136,7 @@ class Pair {
   explicit Pair(PairOptions o = {}) {
     target_mem.assign(o.target_size, kTargetFill);
     local_mem.assign(o.local_size, 0);
-    fabric = MUST(Fabric::open({}));
+    fabric = MUST(Fabric::open(o.fabric));
     tz = MUST(fabric.create_zone());
     iz = MUST(fabric.create_zone());
     tcq = MUST(tz.create_cq());

@@ -37,9 +37,20 @@ std::string errno_text(const char* what) { return std::string(what) + ": " + std
 
 }  // namespace
 
-bool enabled_by_environment() noexcept {
+bool allowed_by_environment() noexcept {
   const char* v = std::getenv("REMORA_SAMEHOST");
-  return v != nullptr && std::strcmp(v, "1") == 0;
+  if (v == nullptr || *v == '\0') return true;
+  for (const char* off : {"0", "off", "no", "false"})
+    if (std::strcmp(v, off) == 0) return false;
+  for (const char* on : {"1", "on", "yes", "true"})
+    if (std::strcmp(v, on) == 0) return true;
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true))
+    std::fprintf(stderr,
+                 "remora: REMORA_SAMEHOST=\"%s\" is neither 0/off/no/false nor 1/on/yes/true; ignored (the "
+                 "same-host direct path stays on unless the program turned it off)\n",
+                 v);
+  return true;
 }
 
 const Identity& identity() noexcept {
@@ -122,8 +133,8 @@ int Table::add(std::uint64_t key, std::uint64_t addr, std::uint64_t len, Access 
   return -1;
 }
 
-void Table::remove(int index) {
-  if (index < 0 || static_cast<std::size_t>(index) >= kCapacity) return;
+bool Table::remove(int index) {
+  if (index < 0 || static_cast<std::size_t>(index) >= kCapacity) return true;
   Entry& e = entries()[index];
   std::uint64_t s = 0;
   {
@@ -166,11 +177,58 @@ void Table::remove(int index) {
   e.share.store(0, std::memory_order_relaxed);
   e.state.store(timed_out ? EntryState::dead : EntryState::tombstone, std::memory_order_release);
   e.seq.store(s + 2, std::memory_order_release);
+  return !timed_out;
 }
 
 // ---- initiator side ----
 
-std::unique_ptr<Peer> Peer::open(std::uint64_t pid, std::uint64_t fd, std::uint64_t nonce, std::uint64_t boot_hash,
+namespace {
+// Every Peer open in this process, so that the connections towards one
+// table share one mapping of it, one pidfd and one cache of region mappings.
+std::mutex peers_mu;
+std::vector<std::weak_ptr<Peer>>& peers() {
+  static std::vector<std::weak_ptr<Peer>> all;
+  return all;
+}
+}  // namespace
+
+std::shared_ptr<Peer> Peer::get(std::uint64_t pid, std::uint64_t fd, std::uint64_t nonce, std::uint64_t boot_hash,
+                                std::uint64_t pidns, std::string& why) {
+  std::lock_guard<std::mutex> lock(peers_mu);
+  auto& all = peers();
+  std::erase_if(all, [](const std::weak_ptr<Peer>& w) { return w.expired(); });
+  for (const auto& w : all) {
+    auto p = w.lock();
+    // The nonce is secret to the table's owner (and those who can read it):
+    // a matching offer names the same table, as opening it would show.
+    if (!p || nonce == 0 || p->nonce_ != nonce || p->fd_ != fd || static_cast<std::uint64_t>(p->pid_) != pid) continue;
+    pollfd pf{p->pidfd_, POLLIN, 0};
+    if (::poll(&pf, 1, 0) != 0) continue;  // that process exited
+    return p;
+  }
+  auto p = open(pid, fd, nonce, boot_hash, pidns, why);
+  if (p) all.push_back(p);
+  return p;
+}
+
+std::size_t Peer::open_count() {
+  std::lock_guard<std::mutex> lock(peers_mu);
+  std::size_t n = 0;
+  for (const auto& w : peers()) n += w.expired() ? 0 : 1;
+  return n;
+}
+
+std::size_t Peer::mappings() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return maps_.size();
+}
+
+const void* Peer::newest_mapping() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return maps_.empty() ? nullptr : maps_.back()->base;
+}
+
+std::shared_ptr<Peer> Peer::open(std::uint64_t pid, std::uint64_t fd, std::uint64_t nonce, std::uint64_t boot_hash,
                                  std::uint64_t pidns, std::string& why) {
   const Identity& me = identity();
   if (me.boot_hash == 0 || boot_hash != me.boot_hash) {
@@ -185,8 +243,10 @@ std::unique_ptr<Peer> Peer::open(std::uint64_t pid, std::uint64_t fd, std::uint6
     why = "malformed offer";
     return nullptr;
   }
-  std::unique_ptr<Peer> p(new Peer());
+  std::shared_ptr<Peer> p(new Peer());
   p->pid_ = static_cast<pid_t>(pid);
+  p->fd_ = fd;
+  p->nonce_ = nonce;
   p->pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, p->pid_, 0));
   if (p->pidfd_ < 0) {
     why = errno_text("pidfd_open");
@@ -223,12 +283,14 @@ std::unique_ptr<Peer> Peer::open(std::uint64_t pid, std::uint64_t fd, std::uint6
 }
 
 Peer::~Peer() {
-  for (const Mapping& m : maps_) unmap(m);
+  maps_.clear();  // each unmapped as its last holder lets go
   if (map_ != nullptr) ::munmap(map_, kTableBytes);
   if (pidfd_ >= 0) ::close(pidfd_);
 }
 
-void Peer::unmap(const Mapping& m) noexcept { ::munmap(m.map, m.span); }
+Peer::Mapping::~Mapping() {
+  if (map != nullptr) ::munmap(map, span);
+}
 
 Peer::Found Peer::lookup(std::uint64_t key) const noexcept {
   Found f;
@@ -260,24 +322,19 @@ Peer::Found Peer::lookup(std::uint64_t key) const noexcept {
   return f;
 }
 
-const Peer::Mapping* Peer::mapping(const Found& f) {
-  for (const Mapping& m : maps_)
-    if (m.index == f.index && m.seq == f.seq) return &m;
+std::shared_ptr<const Peer::Mapping> Peer::mapping(const Found& f) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& m : maps_)
+    if (m->index == f.index && m->seq == f.seq) return m;
   // A miss: drop every mapping whose entry changed since it was made (the
   // region was deregistered, or the entry reused), so a revoked region does
-  // not stay mapped here longer than the next miss; then make room.
-  for (std::size_t i = 0; i < maps_.size();) {
-    if (entries()[maps_[i].index].seq.load(std::memory_order_acquire) != maps_[i].seq) {
-      unmap(maps_[i]);
-      maps_.erase(maps_.begin() + static_cast<std::ptrdiff_t>(i));
-    } else {
-      ++i;
-    }
-  }
-  if (maps_.size() >= kMaxMappings) {
-    unmap(maps_.front());
-    maps_.erase(maps_.begin());
-  }
+  // not stay mapped here longer than the next miss; then make room. A
+  // transfer of another connection copying through a dropped mapping keeps
+  // it until it is done.
+  std::erase_if(maps_, [this](const std::shared_ptr<const Mapping>& m) {
+    return entries()[m->index].seq.load(std::memory_order_acquire) != m->seq;
+  });
+  if (maps_.size() >= kMaxMappings) maps_.erase(maps_.begin());
   static const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
   const std::uint64_t offset = share_offset(f.share);
   if (f.len == 0 || f.len > UINT64_MAX - page || offset % page != 0) return nullptr;
@@ -298,15 +355,18 @@ const Peer::Mapping* Peer::mapping(const Found& f) {
   void* m = ::mmap(nullptr, span, prot, MAP_SHARED, fd, static_cast<off_t>(offset));
   ::close(fd);
   if (m == MAP_FAILED) return nullptr;
+  auto made = std::make_shared<Mapping>();
+  made->index = f.index;
+  made->seq = f.seq;
+  made->base = static_cast<char*>(m);
+  made->map = m;
+  made->span = span;
   // The descriptor number names the region's file only while the entry is
   // unchanged (the owner closes it after revoking the entry): if the entry
   // changed since it was read, what was mapped may be another file.
-  if (f.entry->seq.load(std::memory_order_seq_cst) != f.seq) {
-    ::munmap(m, span);
-    return nullptr;
-  }
-  maps_.push_back(Mapping{f.index, f.seq, static_cast<char*>(m), m, span});
-  return &maps_.back();
+  if (f.entry->seq.load(std::memory_order_seq_cst) != f.seq) return nullptr;
+  maps_.push_back(made);
+  return made;
 }
 
 Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, std::uint64_t total, std::uint64_t raddr,
@@ -325,7 +385,7 @@ Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, st
       return Outcome::refused;
     // A shareable region: copy through this process's own mapping of it. No
     // pidfd check: the mapping is of the region's file, not of a pid.
-    const Mapping* m = f.share != 0 ? mapping(f) : nullptr;
+    const std::shared_ptr<const Mapping> m = f.share != 0 ? mapping(f) : nullptr;
     if (m == nullptr) {
       // The pid names the peer only while it lives (a pid is reused once its
       // process is reaped): its pidfd turns readable when it exits.
@@ -384,7 +444,7 @@ Peer::Outcome Peer::atomic_write(std::uint64_t key, std::uint64_t raddr, std::ui
     if (f.entry == nullptr || f.share == 0 || (f.access & kWrite) == 0 || raddr % 8 != 0 || f.addr % 8 != 0 ||
         raddr < f.addr || f.len < 8 || raddr - f.addr > f.len - 8)
       return Outcome::tcp;
-    const Mapping* m = mapping(f);
+    const std::shared_ptr<const Mapping> m = mapping(f);
     if (m == nullptr) return Outcome::tcp;
     f.entry->inflight.fetch_add(1, std::memory_order_seq_cst);
     if (f.entry->seq.load(std::memory_order_seq_cst) != f.seq) {

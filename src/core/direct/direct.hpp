@@ -5,7 +5,8 @@
 // and privilege against the target zone's region table, which the target
 // keeps in a memfd-backed shared mapping and the initiator maps.
 //
-// Off unless REMORA_SAMEHOST=1 (read when a zone is created).
+// On unless FabricOptions::same_host is false or REMORA_SAMEHOST=0 (read
+// when a zone is created).
 #pragma once
 
 #include <sys/types.h>
@@ -91,8 +92,10 @@ constexpr std::size_t kCapacity = 4096;                  // a power of two
 constexpr std::size_t kTableBytes = sizeof(Header) + kCapacity * sizeof(Entry);
 constexpr std::size_t kMaxLocal = kMaxSegments;  // local segments of one operation
 
-/// REMORA_SAMEHOST=1 in the environment.
-bool enabled_by_environment() noexcept;
+/// False when REMORA_SAMEHOST turns the path off ("0", "off", "no",
+/// "false"); true when it is unset or turns it on ("1", "on", "yes",
+/// "true"). Any other value is reported on stderr once and ignored.
+bool allowed_by_environment() noexcept;
 
 /// What this process tells a peer so that it can tell whether the two share
 /// a host and a pid namespace: a hash of the boot id and the pid-namespace
@@ -123,8 +126,9 @@ class Table {
           std::uint64_t share_offset = 0);
   /// Revoke entry `index` (from add): after this returns, no initiator that
   /// honours the protocol is inside a transfer to it, and none starts one
-  /// (bounded wait: a peer killed inside a transfer never leaves it).
-  void remove(int index);
+  /// (bounded wait: a peer killed inside a transfer never leaves it). False
+  /// when the wait timed out: a transfer may still be inside the region.
+  bool remove(int index);
 
  private:
   Table() = default;
@@ -138,11 +142,14 @@ class Table {
 /// The initiator's side: a peer's table, mapped, and how to reach its memory.
 class Peer {
  public:
-  /// Open the table the peer offered (its pid, the table's fd number in its
-  /// process and the table's nonce). Null, with `why` set, when that is not
-  /// possible here or the table found is not the one offered.
-  static std::unique_ptr<Peer> open(std::uint64_t pid, std::uint64_t fd, std::uint64_t nonce, std::uint64_t boot_hash,
-                                    std::uint64_t pidns, std::string& why);
+  /// The table the peer offered (its pid, the table's fd number in its
+  /// process and the table's nonce), mapped. One Peer per table in this
+  /// process, shared by every connection towards it: a second offer of the
+  /// same table gets the first one's while any connection still holds it.
+  /// Null, with `why` set, when that is not possible here or the table found
+  /// is not the one offered.
+  static std::shared_ptr<Peer> get(std::uint64_t pid, std::uint64_t fd, std::uint64_t nonce, std::uint64_t boot_hash,
+                                   std::uint64_t pidns, std::string& why);
   ~Peer();
   Peer(const Peer&) = delete;
   Peer& operator=(const Peer&) = delete;
@@ -168,18 +175,29 @@ class Peer {
   /// At most this many regions of the peer are mapped at a time (the oldest
   /// mapping is dropped for a new one).
   static constexpr std::size_t kMaxMappings = 64;
-  /// Mappings held now (tests).
-  std::size_t mappings() const noexcept { return maps_.size(); }
+  /// Mappings held now, and the first byte of the newest (tests).
+  std::size_t mappings() const;
+  const void* newest_mapping() const;
+  /// Peers open in this process now (tests).
+  static std::size_t open_count();
 
  private:
   Peer() = default;
-  /// A region of the peer mapped here: entry `index` as of `seq`.
+  static std::shared_ptr<Peer> open(std::uint64_t pid, std::uint64_t fd, std::uint64_t nonce, std::uint64_t boot_hash,
+                                    std::uint64_t pidns, std::string& why);
+  /// A region of the peer mapped here: entry `index` as of `seq`. Unmapped
+  /// when the last holder lets go (a transfer copying through it keeps it
+  /// while another connection's miss drops it from the cache).
   struct Mapping {
-    std::size_t index;
-    std::uint64_t seq;
-    char* base;        // the region's first byte (entry addr) here
-    void* map;         // what mmap returned
-    std::size_t span;  // mapped length
+    std::size_t index = 0;
+    std::uint64_t seq = 0;
+    char* base = nullptr;  // the region's first byte (entry addr) here
+    void* map = nullptr;   // what mmap returned
+    std::size_t span = 0;  // mapped length
+    Mapping() = default;
+    Mapping(const Mapping&) = delete;
+    Mapping& operator=(const Mapping&) = delete;
+    ~Mapping();
   };
   /// One consistent read of the entry of `key`.
   struct Found {
@@ -191,12 +209,13 @@ class Peer {
   Found lookup(std::uint64_t key) const noexcept;
   /// The mapping of `f` (a shareable entry), made now if needed; null when
   /// it cannot be made (the caller uses cross-memory attach).
-  const Mapping* mapping(const Found& f);
-  void unmap(const Mapping& m) noexcept;
+  std::shared_ptr<const Mapping> mapping(const Found& f);
   pid_t pid_ = 0;
   int pidfd_ = -1;
+  std::uint64_t fd_ = 0, nonce_ = 0;  // what the offer named (Peer::get)
   void* map_ = nullptr;
-  std::vector<Mapping> maps_;  // oldest first, at most kMaxMappings
+  mutable std::mutex mu_;                             // maps_; a leaf
+  std::vector<std::shared_ptr<const Mapping>> maps_;  // oldest first, at most kMaxMappings
   Header* header() const noexcept { return static_cast<Header*>(map_); }
   Entry* entries() const noexcept { return reinterpret_cast<Entry*>(static_cast<char*>(map_) + sizeof(Header)); }
 };

@@ -323,6 +323,10 @@ void EndpointImpl::flush_all() {
     recv_cq->push(std::move(c));
   }
   pending_replies.clear();
+  // The connection is over: no operation of it goes direct any more, and
+  // the peer's table and regions are unmapped here once no other connection
+  // towards that peer holds them (a peer that died leaves nothing mapped).
+  direct_peer.reset();
 }
 
 void EndpointImpl::fail(OpSlot* s, std::error_code status, ConnectionEventType ev) {

@@ -43,9 +43,21 @@ Result<ProtectionZone> Fabric::create_zone(const ZoneOptions& options) {
   zone->busy_poll = impl_->options.busy_poll;
   zone->check = impl_->check.get();
   zone->key_mask = options.key_bits == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << options.key_bits) - 1;
-  // The same-host direct path, off unless REMORA_SAMEHOST=1; never on the
-  // in-memory transport, whose tests decide when each operation lands.
-  if (impl_->options.provider != "mem" && detail::direct::enabled_by_environment())
+  // The same-host direct path, on unless the program or REMORA_SAMEHOST=0
+  // turned it off; never on the in-memory transport, whose tests decide when
+  // each operation lands.
+  if (impl_->options.provider == "mem")
+    zone->direct_why_not = "the in-memory transport";
+  else if (!impl_->options.same_host)
+    zone->direct_why_not = "the direct path is off in this zone (FabricOptions::same_host)";
+  else if (!detail::direct::allowed_by_environment())
+    zone->direct_why_not = "the direct path is off in this zone (REMORA_SAMEHOST)";
+  else if (zone->check != nullptr)
+    // remora-check looks for what a network would expose (memory reused
+    // before its write completed, a flush missing): operations completed at
+    // post time by the direct path would hide exactly that.
+    zone->direct_why_not = "the direct path is off while remora-check runs";
+  else
     zone->direct = detail::direct::Table::create(zone->direct_why_not);
   zone->agent = std::make_shared<detail::Agent>(zone.get(), zone->busy_poll);
   // Entries a connection's poll read from a shared transport queue for

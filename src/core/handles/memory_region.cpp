@@ -20,7 +20,7 @@ void RegionImpl::close() noexcept {
   // Same-host peers: revoked in the table, and every direct transfer to the
   // region already under way waited for (bounded: docs/design.md,
   // "Same-host direct path").
-  if (direct_slot >= 0) zone->direct->remove(direct_slot);
+  const bool no_peer_inside = direct_slot < 0 || zone->direct->remove(direct_slot);
   direct_slot = -1;
   // A peer's write-back already running finishes first; any later one sees
   // `closed` and touches nothing.
@@ -31,6 +31,14 @@ void RegionImpl::close() noexcept {
   // once deregistration returns, the memory is not touched).
   { std::unique_lock<std::shared_mutex> quiesce(zone->transport_mu); }
   if (map != nullptr) pmem2_map_delete(&map);
+  // Memory of ProtectionZone::allocate: same-host peers may have mapped its
+  // file (docs/design.md, "Same-host direct path"). Emptying the file frees
+  // the pages now and takes them from every such mapping too, so nothing of
+  // the region stays reachable at a peer once this returns (a peer touching
+  // its old mapping faults). Peers that honour the table stopped already;
+  // not when one may still be inside a copy (the bounded wait above timed
+  // out: a stopped or dead peer), which must not fault when it resumes.
+  if (owned_map != nullptr && fd >= 0 && no_peer_inside) (void)::ftruncate(fd, 0);
   if (owned_map != nullptr) ::munmap(owned_map, owned_len);
   owned_map = nullptr;
   if (fd >= 0) ::close(fd);

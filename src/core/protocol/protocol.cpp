@@ -194,6 +194,7 @@ void EndpointImpl::handle_reply(const wire::Ctl& rep) {
 }
 
 void EndpointImpl::offer_direct() noexcept {
+  if (!zone->direct) direct_why_not = zone->direct_why_not;
   if (!zone->direct || !conn) return;
   const direct::Identity& me = direct::identity();
   // key: pid (low 32 bits) and the table's fd number (high 32); addr: the
@@ -211,12 +212,12 @@ void EndpointImpl::offer_direct() noexcept {
 
 void EndpointImpl::accept_direct_offer(const wire::Ctl& offer) {
   if (!zone->direct) {
-    direct_why_not = "the direct path is off in this zone (REMORA_SAMEHOST)";
+    direct_why_not = zone->direct_why_not;
     return;
   }
   if (direct_peer) return;  // one offer per connection
   std::string why;
-  direct_peer = direct::Peer::open(offer.key & 0xffffffffu, offer.key >> 32, offer.addr, offer.len, offer.value, why);
+  direct_peer = direct::Peer::get(offer.key & 0xffffffffu, offer.key >> 32, offer.addr, offer.len, offer.value, why);
   direct_why_not = direct_peer ? std::string() : why;
 }
 
