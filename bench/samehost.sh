@@ -5,7 +5,9 @@
 #      child process (cma), libfabric shm between two processes;
 #   2. UCX ucx_perftest over shared memory (UCX_TLS=sm) on 127.0.0.1, if
 #      installed (Debian package ucx-utils): ucp_put_bw at every size and
-#      ucp_put_lat at 8 bytes, on memory UCX allocates itself;
+#      ucp_put_lat at 8 bytes, on memory UCX allocates itself; and, if built
+#      (UCX found at configure time), remora-bench-ucx-user: the same UCX puts
+#      on memory the program allocated and registered itself (ucx-user);
 #   3. Remora on this host: remora-perf over tcp on 127.0.0.1 (remora-tcp),
 #      and the same with the same-host direct path on (REMORA_SAMEHOST=1 on
 #      both sides: remora-direct; and into a target buffer the server's
@@ -56,7 +58,7 @@ while [[ $# -gt 0 ]]; do
                     DURATION=$2; shift 2 ;;
         --markdown) [[ $# -ge 2 ]] || die "--markdown needs a file name"
                     MARKDOWN=$2; shift 2 ;;
-        -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -140,6 +142,21 @@ if ! bounded "$BENCH_TIMEOUT" "$SAMEHOST" --json --reps "$REPS" -D "$DURATION" \
         </dev/null >"$WORK/samehost.json" 2>"$WORK/samehost.err"; then
     cat "$WORK/samehost.err" >&2
     FAILED+=("remora-bench-samehost")
+fi
+
+# ---- 2a. remora-bench-ucx-user: UCX's puts on memory the program registered ----
+UCX_USER=$BUILD/bin/remora-bench-ucx-user
+if [[ -x "$UCX_USER" ]]; then
+    echo "samehost.sh: remora-bench-ucx-user, $REPS repetitions of $DURATION s" >&2
+    if ! bounded "$BENCH_TIMEOUT" env UCX_TLS="$UCX_TLS_USED" "$UCX_USER" --json --reps "$REPS" -D "$DURATION" \
+            </dev/null >"$WORK/ucx_user.json" 2>"$WORK/ucx_user.err"; then
+        cat "$WORK/ucx_user.err" >&2
+        FAILED+=("remora-bench-ucx-user")
+    fi
+else
+    warn "$UCX_USER not built (UCX not found at configure time): no ucx-user rows"
+    echo "ucx-user: skipped: remora-bench-ucx-user not built (UCX not found at configure time; Debian package" \
+        "libucx-dev)" >"$WORK/ucx_user.skipped"
 fi
 
 # ---- 2. UCX ucx_perftest --------------------------------------------------------
@@ -290,6 +307,26 @@ for (test, size), runs in sorted(ucx.items()):
                      cpu=statistics.median(r[2] for r in runs),
                      spread=span(r[1] if lat else r[0] for r in runs)))
 
+# 2a. remora-bench-ucx-user: medians already, its range the lowest and highest repetition.
+ucx_user_notes = []
+if os.path.exists(os.path.join(work, "ucx_user.json")):
+    for line in open(os.path.join(work, "ucx_user.json")):
+        if not line.startswith("{"):
+            continue
+        o = json.loads(line)
+        if "note" in o:
+            ucx_user_notes.append("ucx-user: " + o["note"])
+            continue
+        rows.append(dict(engine="ucx-user", op=o["op"], size=o["size"], qd=o["qd"], completion="-", gbps=o["gbps"],
+                         p50=o["p50_us"], p99=o["p99_us"], cpu=o["cpu_us_per_op"], spread=tuple(o["range"])))
+    ucx_user_notes.insert(0, "ucx-user: remora-bench-ucx-user (bench/ucx_user.cpp): UCX's puts as ucx-sm's, but on memory "
+                          "the program allocated (aligned_alloc) and registered (ucp_mem_map of address and length), "
+                          "parent and forked child; put_bw: ucp_put_nbx with at most 16 outstanding, then "
+                          "ucp_worker_flush inside each timed interval; put_lat: as ucx-sm's; its own medians of "
+                          f"{reps} repetitions of {duration} s; CPU us/op: the parent over the timed part only")
+if os.path.exists(os.path.join(work, "ucx_user.skipped")):
+    ucx_user_notes.append(open(os.path.join(work, "ucx_user.skipped")).read().strip())
+
 # 3. remora-perf
 remora = {}
 for path in glob.glob(os.path.join(work, "remora[012].*.json")):
@@ -362,6 +399,7 @@ notes = [
        "put_lat: half a "
        "round trip of a put ping-pong (each side polls its memory for the peer's put)"] if ucx_version else []
 ) + notes + skipped + ([ucx_skipped] if ucx_skipped else [])
+notes += ucx_user_notes
 if failed:
     notes.append("FAILED (no row): " + failed)
 notes.append(f"machine: {platform.node()}, {os.cpu_count()} CPUs, Linux {platform.release()}, {date}; "

@@ -10,6 +10,7 @@ pkgs=(build-essential cmake pkg-config python3 libfabric-dev libfabric-bin libpm
       clang libclang-rt-14-dev llvm   # scripts/fuzz.sh: Clang, libFuzzer, llvm-symbolizer
       clang-format                    # scripts/format.sh --check (CI)
       doxygen                         # the C++ API reference (target remora-doc)
+      libucx-dev                      # bench/ucx_user.cpp: UCX's put on user memory (remora-bench-ucx-user)
       debhelper lintian man-db)       # scripts/deb.sh: dpkg-buildpackage of debian/, and its checks
 missing=()
 for p in "${pkgs[@]}"; do

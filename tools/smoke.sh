@@ -6,8 +6,8 @@
 # point per size with the JSON's values, the names in the legend; also with
 # remora-bench-raw's results on the same axes when it is built), plus
 # failure cases that must end quickly with an error; and one short run of
-# remora-bench-samehost (bench/samehost.cpp) when it is built. Exits non-zero
-# on any failure.
+# remora-bench-samehost (bench/samehost.cpp) and of remora-bench-ucx-user
+# (bench/ucx_user.cpp) when they are built. Exits non-zero on any failure.
 #
 #   tools/smoke.sh [BIN_DIR]
 #
@@ -478,6 +478,50 @@ if [[ -x "$SAMEHOST" ]]; then
     fi
 else
     echo "smoke.sh: skip: $SAMEHOST not built (the same-host baselines)"
+fi
+
+# remora-bench-ucx-user (bench/ucx_user.cpp, built when UCX is found): one
+# short run must give a put_bw row at the size asked and the 8-byte put_lat
+# row, over UCX_TLS=sm when the variable is unset; no timing is checked.
+check_ucx_user() {
+    python3 - "$1" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+ops = set()
+for r in rows:
+    if "note" in r:
+        continue
+    if not (r["engine"] == "ucx-user" and r["gbps"] > 0 and r["cpu_us_per_op"] >= 0 and r["reps"] == 1
+            and len(r["range"]) == 2 and r["ucx_tls"] == "sm"):
+        sys.exit(f"bad row: {r}")
+    if r["op"] == "put_lat" and not (r["size"] == 8 and r["p50_us"] > 0):
+        sys.exit(f"bad put_lat row: {r}")
+    ops.add((r["op"], r["size"]))
+if sorted(ops) != [("put_bw", 4096), ("put_lat", 8)]:
+    sys.exit(f"rows: {sorted(ops)}")
+print("put_bw 4096, put_lat 8")
+EOF
+}
+UCX_USER=$BIN_DIR/remora-bench-ucx-user
+if [[ -x "$UCX_USER" ]]; then
+    rc=0
+    env -u UCX_TLS timeout 60 "$UCX_USER" --size 4096 --reps 1 -D 0.05 --json </dev/null >"$WORK/ucx_user.out" \
+        2>"$WORK/ucx_user.err" || rc=$?
+    why=""
+    if [[ $rc -eq 0 ]] && why=$(check_ucx_user "$WORK/ucx_user.out" 2>&1); then
+        pass "remora-bench-ucx-user --size 4096 --reps 1 ($why)"
+    else
+        fail "remora-bench-ucx-user: exit $rc $why"; cat "$WORK/ucx_user.out" "$WORK/ucx_user.err" >&2
+    fi
+    rc=0
+    timeout 10 "$UCX_USER" --reps 0 >/dev/null 2>&1 || rc=$?
+    if [[ $rc -eq 2 ]]; then
+        pass "remora-bench-ucx-user usage error exits 2"
+    else
+        fail "remora-bench-ucx-user --reps 0: exit $rc"
+    fi
+else
+    echo "smoke.sh: skip: $UCX_USER not built (UCX not found at configure time; Debian: libucx-dev)"
 fi
 
 # ---- failures must be quick and clean ------------------------------------------
