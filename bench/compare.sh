@@ -21,8 +21,14 @@
 #   REMORA_BENCH_RAW  the baseline                (default build/bin/remora-bench-raw)
 #   PROVIDER          libfabric provider          (default tcp)
 #
+# Both processes run on this host, where Remora would take its same-host
+# direct path by default: this script compares the transport, so it runs
+# remora-perf with REMORA_SAMEHOST=0 (bench/samehost.sh measures the direct
+# path against memcpy, shm and UCX).
+#
 # Needs only bash, coreutils' timeout and python3 (standard library).
 set -euo pipefail
+export REMORA_SAMEHOST=0
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 REMORA_PERF=${REMORA_PERF:-$ROOT/build/bin/remora-perf}

@@ -17,6 +17,10 @@
 # fio's client polls rpma_cq_get_wc in a loop (it does not sleep on the
 # completion channel); the server side of apm is passive (Remora's target
 # agent serves it), the gpspm server busy-polls its receives.
+#
+# Client and server share this host, so by default their writes take the
+# same-host direct path; REMORA_SAMEHOST=0 in the environment (both fio
+# processes inherit it) measures the tcp transport instead.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

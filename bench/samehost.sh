@@ -8,8 +8,9 @@
 #      ucp_put_lat at 8 bytes, on memory UCX allocates itself; and, if built
 #      (UCX found at configure time), remora-bench-ucx-user: the same UCX puts
 #      on memory the program allocated and registered itself (ucx-user);
-#   3. Remora on this host: remora-perf over tcp on 127.0.0.1 (remora-tcp),
-#      and the same with the same-host direct path on (REMORA_SAMEHOST=1 on
+#   3. Remora on this host: remora-perf over tcp on 127.0.0.1 (the
+#      same-host direct path turned off with REMORA_SAMEHOST=0: remora-tcp),
+#      and the same with the path on (its default; REMORA_SAMEHOST=1 on
 #      both sides: remora-direct; and into a target buffer the server's
 #      zone allocated, which the client maps: remora-mapped): write
 #      bandwidth (64 KiB, 1 MiB; qd 16),
@@ -386,10 +387,10 @@ notes = [
     "client, the remora-perf client), over its whole life for the last two, per operation; the target "
     "process's CPU is not counted (shm's target and UCX's server spin on a core)",
     "libfabric-shm write: qd 16; latency rows: one 8-byte operation at a time, posted and polled for",
-    "remora-tcp: remora-perf over libfabric tcp on 127.0.0.1, writes delivery-complete (qd 16); "
+    "remora-tcp: remora-perf over libfabric tcp on 127.0.0.1 (REMORA_SAMEHOST=0), writes delivery-complete (qd 16); "
     "write+flush_vis: an 8-byte write then a VISIBILITY flush, one at a time, target asleep (default) or "
     "target and client busy-polling; read: 64 KiB reads, qd 16",
-    "remora-direct: the same runs with REMORA_SAMEHOST=1 on both sides: writes and reads are placed with "
+    "remora-direct: the same runs with the same-host direct path on (REMORA_SAMEHOST=1 on both sides): writes and reads are placed with "
     "process_vm_writev/readv after Remora's key, bounds and privilege checks (remora-perf's memory is "
     "ordinary heap memory); the flush of a range just written completes at the initiator",
     "remora-mapped: the same with the server's target buffer from ProtectionZone::allocate "

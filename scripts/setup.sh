@@ -11,6 +11,7 @@ pkgs=(build-essential cmake pkg-config python3 libfabric-dev libfabric-bin libpm
       clang-format                    # scripts/format.sh --check (CI)
       doxygen                         # the C++ API reference (target remora-doc)
       libucx-dev                      # bench/ucx_user.cpp: UCX's put on user memory (remora-bench-ucx-user)
+      ucx-utils                       # bench/samehost.sh: ucx_perftest, UCX on its own memory
       debhelper lintian man-db)       # scripts/deb.sh: dpkg-buildpackage of debian/, and its checks
 missing=()
 for p in "${pkgs[@]}"; do

@@ -149,8 +149,9 @@ struct RegionImpl : std::enable_shared_from_this<RegionImpl> {
   // Set for ProtectionZone::map_file regions.
   struct pmem2_map* map = nullptr;
   void (*persist_fn)(const void*, std::size_t) = nullptr;
-  // The file the region's memory is a shared mapping of, from offset 0
-  // (map_file, allocate); closed by close().
+  // The file the region's memory is a shared mapping of (map_file and
+  // allocate from offset 0; a register_memory range the program mapped from
+  // a file, opened again by its name); closed by close().
   int fd = -1;
   // Set for ProtectionZone::allocate regions: the memfd mapping, unmapped
   // by close().

@@ -571,10 +571,93 @@ TEST_F(SameHost, NothingLandsInASharedRegionAfterDeregistrationReturns) {
   }
 }
 
+// Memory the program mapped from a file itself (as a librpma server maps its
+// pmem file with pmem2) and registered with register_memory: the initiator
+// maps the file too and copies with memcpy. Only a page-aligned range of one
+// shared, writable (for remote write) mapping of a file that still has its
+// name qualifies; anything else is reached by cross-memory attach.
+TEST_F(SameHost, AFileTheProgramMappedAndRegisteredIsMappedByThePeer) {
+  constexpr std::size_t kLen = 4 * 4096;
+  char path[] = "/tmp/remora-samehost-usermap-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, kLen), 0);
+  auto* mem = static_cast<std::uint8_t*>(::mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ASSERT_NE(mem, MAP_FAILED);
+  const auto src = pattern(64, 9);
+  std::memcpy(p->local_mem.data(), src.data(), src.size());
+  Segment s(p->lmr, 0, src.size());
+  std::uint64_t cookie = 0;
+  // Write 64 bytes at `off` of region `mr`; true when it was copied through a
+  // mapping of the peer's.
+  auto write_mapped = [&](MemoryRegion& mr, std::uint64_t off) {
+    const std::uint64_t before = mapped_ops(p->iep), direct_before = direct_ops(p->iep);
+    EXPECT_TRUE(p->iep.write({&s, 1}, MUST(mr.remote()), off, ++cookie).ok());
+    auto c = collect(p->icq, 1);
+    EXPECT_EQ(c.size(), 1u);
+    if (c.size() == 1) {
+      EXPECT_FALSE(c[0].status) << describe(c[0]);
+    }
+    EXPECT_EQ(direct_ops(p->iep), direct_before + 1) << why_not(p->iep);
+    return mapped_ops(p->iep) == before + 1;
+  };
+  // Pages 1 and 2 of the file: a file offset of one page.
+  auto mr = MUST(p->tz.register_memory(mem + 4096, 2 * 4096, Access::all));
+  EXPECT_TRUE(write_mapped(mr, 100));
+  std::vector<std::uint8_t> back(src.size());
+  ASSERT_EQ(::pread(fd, back.data(), back.size(), 4096 + 100), static_cast<ssize_t>(back.size()));
+  EXPECT_EQ(back, src) << "the write did not land at the file offset of the registered range";
+  EXPECT_EQ(peer_mappings(p->iep), 1u);
+  // Read back through the mapping too.
+  Segment r(p->lmr, 1024, src.size());
+  const std::uint64_t before = mapped_ops(p->iep);
+  ASSERT_OK(p->iep.read({&r, 1}, MUST(mr.remote()), 100, ++cookie));
+  ASSERT_EQ(collect(p->icq, 1).size(), 1u);
+  EXPECT_EQ(mapped_ops(p->iep), before + 1);
+  EXPECT_EQ(0, std::memcmp(p->local_mem.data() + 1024, src.data(), src.size()));
+
+  // Not on a page: cross-memory attach.
+  auto unaligned = MUST(p->tz.register_memory(mem + 64, 512, Access::all));
+  EXPECT_FALSE(write_mapped(unaligned, 0));
+  // A read-only mapping granting remote write: the peer could not map the
+  // file writable as the owner has it, so cross-memory attach (which finds
+  // the page read-only too and leaves the write to the transport).
+  auto* ro = static_cast<std::uint8_t*>(::mmap(nullptr, kLen, PROT_READ, MAP_SHARED, fd, 0));
+  ASSERT_NE(ro, MAP_FAILED);
+  auto ro_remote_read = MUST(p->tz.register_memory(ro, 4096, Access::local_read | Access::remote_read));
+  {
+    // Only remote read granted: mapped (read-only) for reads.
+    const std::uint64_t b = mapped_ops(p->iep);
+    ASSERT_OK(p->iep.read({&r, 1}, MUST(ro_remote_read.remote()), 100, ++cookie));
+    ASSERT_EQ(collect(p->icq, 1).size(), 1u);
+    EXPECT_EQ(mapped_ops(p->iep), b + 1);
+  }
+  // A private mapping of the same file: not shared, not mapped.
+  auto* priv = static_cast<std::uint8_t*>(::mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0));
+  ASSERT_NE(priv, MAP_FAILED);
+  auto private_mr = MUST(p->tz.register_memory(priv, 4096, Access::all));
+  EXPECT_FALSE(write_mapped(private_mr, 0));
+  // Its file removed: no name to open it by.
+  ASSERT_EQ(::unlink(path), 0);
+  auto unnamed = MUST(p->tz.register_memory(mem + 3 * 4096, 4096, Access::all));
+  EXPECT_FALSE(write_mapped(unnamed, 0));
+  // Every region closed before the memory is unmapped.
+  mr.close();
+  unaligned.close();
+  ro_remote_read.close();
+  private_mr.close();
+  unnamed.close();
+  ::munmap(priv, kLen);
+  ::munmap(ro, kLen);
+  ::munmap(mem, kLen);
+  ::close(fd);
+}
+
 // Every connection towards one peer zone shares one mapping of its table,
 // one pidfd and one cache of region mappings: a second direct connection
 // costs no more than its socket, and the peer is let go with the last one.
 TEST_F(SameHost, ConnectionsTowardsOnePeerShareOnePeer) {
+  ASSERT_TRUE(direct_ready(p->tep)) << why_not(p->tep);
   const std::size_t before = detail::direct::Peer::open_count();
   ASSERT_GE(before, 2u) << "each side of the pair maps the other's table";
   EndpointOptions o;

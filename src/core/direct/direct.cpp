@@ -186,9 +186,11 @@ namespace {
 // Every Peer open in this process, so that the connections towards one
 // table share one mapping of it, one pidfd and one cache of region mappings.
 std::mutex peers_mu;
+// Never destroyed: connections closed by static destructors at exit may
+// still look in it.
 std::vector<std::weak_ptr<Peer>>& peers() {
-  static std::vector<std::weak_ptr<Peer>> all;
-  return all;
+  static auto* all = new std::vector<std::weak_ptr<Peer>>();
+  return *all;
 }
 }  // namespace
 
@@ -352,7 +354,15 @@ std::shared_ptr<const Peer::Mapping> Peer::mapping(const Found& f) {
   // What the region's access allows, and no more: without remote_write the
   // MMU refuses a store (the privilege is checked before every copy too).
   const int prot = PROT_READ | ((f.access & kWrite) != 0 ? PROT_WRITE : 0);
-  void* m = ::mmap(nullptr, span, prot, MAP_SHARED, fd, static_cast<off_t>(offset));
+  // A file on a DAX file system (persistent memory) is mapped as its owner
+  // maps it for pmem2: with MAP_SYNC, so that the file system's metadata for
+  // a page is durable once it is written here, and the owner's cache flush
+  // (a PERSISTENT flush) is the whole durability step. Elsewhere (page cache,
+  // memfd) MAP_SYNC is refused and the mapping is an ordinary shared one.
+  void* m = MAP_FAILED;
+  if ((prot & PROT_WRITE) != 0)
+    m = ::mmap(nullptr, span, prot, MAP_SHARED_VALIDATE | MAP_SYNC, fd, static_cast<off_t>(offset));
+  if (m == MAP_FAILED) m = ::mmap(nullptr, span, prot, MAP_SHARED, fd, static_cast<off_t>(offset));
   ::close(fd);
   if (m == MAP_FAILED) return nullptr;
   auto made = std::make_shared<Mapping>();

@@ -3,9 +3,13 @@
 #include <libpmem2.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <cinttypes>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 
 #include "core/impl.hpp"
 
@@ -37,11 +41,71 @@ bool range_mapped(const void* addr, std::size_t len) noexcept {
   return msync(reinterpret_cast<void*>(start), end - start, MS_ASYNC) == 0;
 }
 
+/// A registered range that is a shared mapping of a regular file: the file,
+/// opened again, and the file offset of the range's start.
+struct SharedFile {
+  int fd = -1;
+  std::uint64_t offset = 0;
+};
+
+/// For the same-host direct path (docs/design.md, "Shared-mapped regions"):
+/// when [addr, addr+len) starts on a page and lies in one shared mapping of a
+/// regular file this process can open by its name (as a librpma server's
+/// pmem2 mapping of its file is), that file opened again (read-write when
+/// `write`, and then only if the mapping is writable) and the offset. The
+/// file opened must be the mapped one (device and inode as in
+/// /proc/self/maps). fd -1 otherwise: the region is reached by cross-memory
+/// attach.
+SharedFile find_shared_file(const void* addr, std::size_t len, bool write) {
+  static const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto a = reinterpret_cast<std::uintptr_t>(addr);
+  if ((a & (page - 1)) != 0) return {};
+  std::FILE* maps = std::fopen("/proc/self/maps", "re");
+  if (maps == nullptr) return {};
+  SharedFile out;
+  char line[4096 + 256];
+  while (std::fgets(line, sizeof line, maps) != nullptr) {
+    std::uintptr_t start = 0, end = 0;
+    std::uint64_t offset = 0, inode = 0;
+    unsigned major = 0, minor = 0;
+    char perms[8] = {};
+    int path_at = 0;
+    if (std::sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %7s %" SCNx64 " %x:%x %" SCNu64 " %n", &start, &end, perms,
+                    &offset, &major, &minor, &inode, &path_at) < 7)
+      continue;
+    if (a < start || a >= end) continue;
+    // The one mapping holding the start: all of the range in it, shared,
+    // readable (and writable when remote write is granted), a named file.
+    char* path = line + path_at;
+    path[std::strcspn(path, "\n")] = '\0';
+    const std::size_t plen = std::strlen(path);
+    constexpr const char kDeleted[] = " (deleted)";
+    if (len > end - a || perms[0] != 'r' || (write && perms[1] != 'w') || perms[3] != 's' || inode == 0 ||
+        path[0] != '/' ||
+        (plen >= sizeof kDeleted - 1 && std::strcmp(path + plen - (sizeof kDeleted - 1), kDeleted) == 0))
+      break;
+    const int fd = ::open(path, (write ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) break;
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_ino != inode || ::major(st.st_dev) != major ||
+        ::minor(st.st_dev) != minor) {
+      ::close(fd);
+      break;
+    }
+    out.fd = fd;
+    out.offset = offset + (a - start);
+    break;
+  }
+  std::fclose(maps);
+  return out;
+}
+
 /// `share_fd`: the memory is a shared mapping of that descriptor from file
-/// offset 0 (map_file, allocate), which lives as long as the region: same-host
-/// peers may map it themselves. -1 otherwise.
+/// offset `share_offset` (map_file, allocate, a file mapping the program
+/// made), which lives as long as the region: same-host peers may map it
+/// themselves. -1 otherwise.
 Result<std::shared_ptr<RegionImpl>> register_region(const std::shared_ptr<ZoneImpl>& zone, void* addr, std::size_t len,
-                                                    Access access, int share_fd = -1) {
+                                                    Access access, int share_fd = -1, std::uint64_t share_offset = 0) {
   auto r = std::make_shared<RegionImpl>();
   r->zone = zone;
   r->base = addr;
@@ -67,7 +131,8 @@ Result<std::shared_ptr<RegionImpl>> register_region(const std::shared_ptr<ZoneIm
   // (docs/design.md, "Same-host direct path"); a full table leaves the
   // region to the transport.
   if (r->registered && zone->direct)
-    r->direct_slot = zone->direct->add(r->key, reinterpret_cast<std::uint64_t>(addr), len, access, share_fd, 0);
+    r->direct_slot =
+        zone->direct->add(r->key, reinterpret_cast<std::uint64_t>(addr), len, access, share_fd, share_offset);
   return r;
 }
 
@@ -86,8 +151,18 @@ Result<MemoryRegion> ProtectionZone::register_memory(void* addr, std::size_t len
   // As a verbs provider would refuse it: a range that wraps around the
   // address space or has a page not mapped in this process.
   if (!detail::range_mapped(addr, len)) return Errc::invalid_argument;
-  auto r = detail::register_region(impl_, addr, len, access);
-  if (!r) return r.error();
+  // Memory the program mapped from a file (a librpma server's pmem2 mapping,
+  // say): same-host peers may map the file themselves. The descriptor stays
+  // open, as `fd`, until the region is closed.
+  detail::SharedFile shared;
+  if (impl_->direct && (has(access, Access::remote_read) || has(access, Access::remote_write)))
+    shared = detail::find_shared_file(addr, len, has(access, Access::remote_write));
+  auto r = detail::register_region(impl_, addr, len, access, shared.fd, shared.offset);
+  if (!r) {
+    if (shared.fd >= 0) ::close(shared.fd);
+    return r.error();
+  }
+  (*r)->fd = shared.fd;
   (*r)->persistent = persistent;
   if (impl_->check) impl_->check->on_register(**r);  // remora-check (docs/check.md)
   return MemoryRegion(std::move(*r));
