@@ -102,7 +102,11 @@ namespace {
 // into the same target zone is served (its atomic write needs the target's
 // agent) and the zone registers memory.
 TEST(PersistErrors, SlowWriteBackDoesNotHoldUpTheZonesOtherConnections) {
-  Pair p;
+  // The target's write-back: on the same-host direct path the initiator
+  // writes a file region back itself, on its own thread.
+  PairOptions o;
+  o.fabric.same_host = false;
+  Pair p(o);
   FileRegion file;
   auto region = MUST(p.tz.register_memory(file.mem, file.size, Access::all, true));
   auto remote = MUST(region.remote());
@@ -159,7 +163,10 @@ TEST(PersistErrors, SlowWriteBackDoesNotHoldUpTheZonesOtherConnections) {
 // close() returns only after that write-back finished, and a flush that
 // reaches the target after the close is refused, touching nothing.
 TEST(PersistErrors, CloseWaitsForARunningWriteBackAndLaterFlushesAreRefused) {
-  Pair p;
+  // The target's write-back (see above).
+  PairOptions o;
+  o.fabric.same_host = false;
+  Pair p(o);
   FileRegion file;
   auto region = MUST(p.tz.register_memory(file.mem, file.size, Access::all, true));
   auto remote = MUST(region.remote());

@@ -571,6 +571,63 @@ TEST_F(SameHost, NothingLandsInASharedRegionAfterDeregistrationReturns) {
   }
 }
 
+// A flush posted with nothing in flight is checked against the table and
+// completed by the initiator: every earlier write is placed already. A
+// failed check is the target's refusal.
+TEST_F(SameHost, AFlushIsCheckedAndCompletedByTheInitiator) {
+  Segment s(p->lmr, 0, 64);
+  ASSERT_OK(p->iep.write({&s, 1}, p->rr, 0, 1));
+  ASSERT_EQ(collect(p->icq, 1).size(), 1u);
+  const std::uint64_t before = direct_ops(p->iep);
+  // Not the range of the latest write: the transport would ask the target.
+  ASSERT_OK(p->iep.flush(p->rr, 1000, 64, FlushType::visibility, 2));
+  auto c = collect(p->icq, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_FALSE(c[0].status) << describe(c[0]);
+  EXPECT_EQ(c[0].op, Opcode::flush);
+  EXPECT_EQ(direct_ops(p->iep), before + 1) << why_not(p->iep);
+  // Out of the region's range: refused, and the connection ends.
+  RemoteRegion forged(p->rr.address(), p->rr.length() + 4096, p->rr.key(), p->rr.access(), false);
+  ASSERT_OK(p->iep.flush(forged, p->rr.length(), 64, FlushType::visibility, 3));
+  expect_refused(3, Opcode::flush);
+}
+
+// A PERSISTENT flush of a file region the initiator has mapped runs the
+// owner's write-back step (msync of the covering pages) on the initiator's
+// own mapping of the same file. A persistent region of ordinary memory is
+// written back by its owner, over the connection.
+TEST_F(SameHost, APersistentFlushOfAMappedFileIsWrittenBackByTheInitiator) {
+  namespace fs = std::filesystem;
+  std::string tmpl = (fs::temp_directory_path() / "remora-samehost-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+  {
+    auto mr = MUST(p->tz.map_file((fs::path(tmpl) / "region").string(), 3 * 4096, Access::all));
+    auto rr = MUST(mr.remote());
+    ASSERT_TRUE(rr.persistent());
+    Segment s(p->lmr, 0, 100);
+    ASSERT_OK(p->iep.write({&s, 1}, rr, 5000, 1));
+    ASSERT_OK(p->iep.flush(rr, 5000, 100, FlushType::persistent, 2));
+    auto c = collect(p->icq, 2);
+    ASSERT_EQ(c.size(), 2u);
+    for (const auto& x : c) EXPECT_FALSE(x.status) << describe(x);
+    EXPECT_EQ(mapped_ops(p->iep), 2u) << "the write and the flush through the mapping: " << why_not(p->iep);
+    // Heap memory declared persistent: cross-memory attach for the write,
+    // the owner's agent for the flush.
+    std::vector<std::uint8_t> heap(4096);
+    auto hmr = MUST(p->tz.register_memory(heap.data(), heap.size(), Access::all, true));
+    auto hrr = MUST(hmr.remote());
+    ASSERT_OK(p->iep.write({&s, 1}, hrr, 0, 3));
+    ASSERT_EQ(collect(p->icq, 1).size(), 1u);
+    const std::uint64_t before = direct_ops(p->iep);
+    ASSERT_OK(p->iep.flush(hrr, 0, 100, FlushType::persistent, 4));
+    c = collect(p->icq, 1);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_FALSE(c[0].status) << describe(c[0]);
+    EXPECT_EQ(direct_ops(p->iep), before) << "the initiator cannot write back the owner's heap";
+  }
+  fs::remove_all(tmpl);
+}
+
 // Memory the program mapped from a file itself (as a librpma server maps its
 // pmem file with pmem2) and registered with register_memory: the initiator
 // maps the file too and copies with memcpy. Only a page-aligned range of one

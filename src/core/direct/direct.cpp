@@ -109,7 +109,7 @@ Table::~Table() {
 }
 
 int Table::add(std::uint64_t key, std::uint64_t addr, std::uint64_t len, Access access, int share_fd,
-               std::uint64_t share_offset) {
+               std::uint64_t share_offset, bool persistent) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::size_t start = mix(key) & kMask;
   for (std::size_t i = 0; i < kCapacity; ++i) {
@@ -122,7 +122,8 @@ int Table::add(std::uint64_t key, std::uint64_t addr, std::uint64_t len, Access 
     e.key.store(key, std::memory_order_relaxed);
     e.addr.store(addr, std::memory_order_relaxed);
     e.len.store(len, std::memory_order_relaxed);
-    e.access.store((has(access, Access::remote_read) ? kRead : 0) | (has(access, Access::remote_write) ? kWrite : 0),
+    e.access.store((has(access, Access::remote_read) ? kRead : 0) | (has(access, Access::remote_write) ? kWrite : 0) |
+                       (persistent ? kPersistent : 0),
                    std::memory_order_relaxed);
     e.share.store(encode_share(share_fd, share_offset), std::memory_order_relaxed);
     e.state.store(EntryState::live, std::memory_order_release);
@@ -468,6 +469,38 @@ Peer::Outcome Peer::atomic_write(std::uint64_t key, std::uint64_t raddr, std::ui
     __atomic_store_n(reinterpret_cast<std::uint64_t*>(at), value, __ATOMIC_SEQ_CST);
     f.entry->inflight.fetch_sub(1, std::memory_order_seq_cst);
     return Outcome::done;
+  }
+  return Outcome::tcp;
+}
+
+Peer::Outcome Peer::flush(std::uint64_t key, std::uint64_t raddr, std::uint64_t len, bool persistent) {
+  if (len == 0) return Outcome::tcp;  // nothing to check or write back: the owner's rules apply
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    const Found f = lookup(key);
+    if (f.torn) continue;
+    if (f.entry == nullptr)
+      return header()->omitted.load(std::memory_order_seq_cst) == 0 ? Outcome::refused : Outcome::tcp;
+    // handle_request's checks for a flush: the range inside the region, and
+    // some remote access granted.
+    if (raddr < f.addr || len > f.len || raddr - f.addr > f.len - len || (f.access & (kRead | kWrite)) == 0)
+      return Outcome::refused;
+    if (!persistent) return Outcome::done;
+    if ((f.access & kPersistent) == 0 || f.share == 0) return Outcome::tcp;
+    const std::shared_ptr<const Mapping> m = mapping(f);
+    if (m == nullptr) return Outcome::tcp;
+    f.entry->inflight.fetch_add(1, std::memory_order_seq_cst);
+    if (f.entry->seq.load(std::memory_order_seq_cst) != f.seq) {
+      f.entry->inflight.fetch_sub(1, std::memory_order_seq_cst);
+      continue;
+    }
+    // RegionImpl::persist's step for a file mapping, on the same pages
+    // through this process's mapping (page-aligned at the region's start).
+    static const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+    const std::uint64_t from = (raddr - f.addr) & ~(page - 1);
+    const std::uint64_t to = raddr - f.addr + len;
+    const int rc = ::msync(m->base + from, to - from, MS_SYNC);
+    f.entry->inflight.fetch_sub(1, std::memory_order_seq_cst);
+    return rc == 0 ? Outcome::done : Outcome::tcp;
   }
   return Outcome::tcp;
 }

@@ -36,7 +36,7 @@ struct Entry {
   std::atomic<std::uint64_t> key;
   std::atomic<std::uint64_t> addr;
   std::atomic<std::uint64_t> len;
-  std::atomic<std::uint64_t> access;  // kRead | kWrite
+  std::atomic<std::uint64_t> access;  // kRead | kWrite | kPersistent
   // Initiators inside a transfer to this entry's memory: incremented before
   // process_vm_*, decremented after. Deregistration waits for 0.
   std::atomic<std::uint64_t> inflight;
@@ -59,6 +59,9 @@ enum EntryState : std::uint64_t {
   dead = 3,       // a revocation timed out (a peer died inside a transfer): never reused
 };
 constexpr std::uint64_t kRead = 1, kWrite = 2;
+// The owner declared the region persistent (PERSISTENT flushes are carried
+// out). A bit older tables never set: their regions' flushes go to the owner.
+constexpr std::uint64_t kPersistent = 4;
 
 constexpr std::uint64_t kShareable = 1ull << 63;
 /// Entry::share for a region at file offset `offset` (a multiple of 4 KiB
@@ -123,7 +126,7 @@ class Table {
   /// offset, so initiators may map it (-1: not shareable). Returns the
   /// entry's index, or -1.
   int add(std::uint64_t key, std::uint64_t addr, std::uint64_t len, Access access, int share_fd = -1,
-          std::uint64_t share_offset = 0);
+          std::uint64_t share_offset = 0, bool persistent = false);
   /// Revoke entry `index` (from add): after this returns, no initiator that
   /// honours the protocol is inside a transfer to it, and none starts one
   /// (bounded wait: a peer killed inside a transfer never leaves it). False
@@ -175,6 +178,17 @@ class Peer {
   /// At most this many regions of the peer are mapped at a time (the oldest
   /// mapping is dropped for a new one).
   static constexpr std::size_t kMaxMappings = 64;
+  /// A flush of [raddr, raddr+len) of the region of `key`, after the checks
+  /// the owner's agent makes (key, range, some remote access). VISIBILITY:
+  /// `done` once checked (the caller has nothing in flight, so every
+  /// earlier write is placed). PERSISTENT: the owner's write-back step
+  /// (msync of the covering pages, MS_SYNC) run on this process's mapping of
+  /// a shareable, persistent region: the same pages of the same file. `tcp`
+  /// whenever the owner must decide or report (not persistent, not
+  /// shareable, the write-back failed: the owner runs its own and reports
+  /// its error), `refused` when a check fails.
+  Outcome flush(std::uint64_t key, std::uint64_t raddr, std::uint64_t len, bool persistent);
+
   /// Mappings held now, and the first byte of the newest (tests).
   std::size_t mappings() const;
   const void* newest_mapping() const;

@@ -219,6 +219,26 @@ bool EndpointImpl::try_direct(OpSlot& s) {
   // endpoint in flight or waiting: the operation is placed now, so every
   // earlier one must be complete for the ordering guarantees to hold.
   if (!direct_peer || in_flight != 0 || !deferred.empty()) return false;
+  if (s.kind == OpSlot::Kind::ctl && s.ctl.op == wire::op_flush) {
+    // A flush, checked against the table; PERSISTENT written back through
+    // this process's mapping of a persistent file region. Whatever the
+    // initiator cannot decide goes to the target's agent, which answers it.
+    const bool persistent = s.ctl.flush_type == static_cast<std::uint8_t>(FlushType::persistent);
+    switch (direct_peer->flush(s.ctl.key, s.ctl.addr, s.ctl.len, persistent)) {
+      case direct::Peer::Outcome::done:
+        if (s.check) zone->check->on_take(*this, s);
+        direct_ops.fetch_add(1, std::memory_order_relaxed);
+        if (persistent) direct_mapped_ops.fetch_add(1, std::memory_order_relaxed);
+        complete(s, {});
+        return true;
+      case direct::Peer::Outcome::refused:
+        if (s.check) zone->check->on_take(*this, s);
+        direct_ops.fetch_add(1, std::memory_order_relaxed);
+        fail(&s, make_error_code(Errc::remote_access), ConnectionEventType::lost);
+        return true;
+      default: return false;
+    }
+  }
   if (s.kind == OpSlot::Kind::ctl) {
     // The atomic write, as an atomic store through the mapping of a
     // shareable region; anything else (and any failed check) goes to the

@@ -105,7 +105,8 @@ SharedFile find_shared_file(const void* addr, std::size_t len, bool write) {
 /// made), which lives as long as the region: same-host peers may map it
 /// themselves. -1 otherwise.
 Result<std::shared_ptr<RegionImpl>> register_region(const std::shared_ptr<ZoneImpl>& zone, void* addr, std::size_t len,
-                                                    Access access, int share_fd = -1, std::uint64_t share_offset = 0) {
+                                                    Access access, int share_fd = -1, std::uint64_t share_offset = 0,
+                                                    bool persistent = false) {
   auto r = std::make_shared<RegionImpl>();
   r->zone = zone;
   r->base = addr;
@@ -131,8 +132,8 @@ Result<std::shared_ptr<RegionImpl>> register_region(const std::shared_ptr<ZoneIm
   // (docs/design.md, "Same-host direct path"); a full table leaves the
   // region to the transport.
   if (r->registered && zone->direct)
-    r->direct_slot =
-        zone->direct->add(r->key, reinterpret_cast<std::uint64_t>(addr), len, access, share_fd, share_offset);
+    r->direct_slot = zone->direct->add(r->key, reinterpret_cast<std::uint64_t>(addr), len, access, share_fd,
+                                       share_offset, persistent);
   return r;
 }
 
@@ -157,7 +158,7 @@ Result<MemoryRegion> ProtectionZone::register_memory(void* addr, std::size_t len
   detail::SharedFile shared;
   if (impl_->direct && (has(access, Access::remote_read) || has(access, Access::remote_write)))
     shared = detail::find_shared_file(addr, len, has(access, Access::remote_write));
-  auto r = detail::register_region(impl_, addr, len, access, shared.fd, shared.offset);
+  auto r = detail::register_region(impl_, addr, len, access, shared.fd, shared.offset, persistent);
   if (!r) {
     if (shared.fd >= 0) ::close(shared.fd);
     return r.error();
@@ -202,7 +203,7 @@ Result<MemoryRegion> ProtectionZone::map_file(const std::string& path, std::size
     ::close(fd);
     return Errc::io_error;
   }
-  auto r = detail::register_region(impl_, pmem2_map_get_address(map), len, access, fd);
+  auto r = detail::register_region(impl_, pmem2_map_get_address(map), len, access, fd, 0, true);
   if (!r) {
     pmem2_map_delete(&map);
     ::close(fd);
