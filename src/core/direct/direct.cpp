@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -291,6 +292,24 @@ Peer::~Peer() {
   if (pidfd_ >= 0) ::close(pidfd_);
 }
 
+bool Peer::peer_alive() noexcept {
+  // The pid names the peer only while it lives (a pid is reused once its
+  // process is reaped): its pidfd turns readable when it exits. Looked at
+  // once per tick of the coarse clock (a few ms; reading it is no system
+  // call), not per transfer, where the poll cost as much as the copy's own
+  // system call overhead. For a pid to name another process within that
+  // time, the kernel would have to hand out every other pid of pid_max
+  // (4,194,304 here by default) in a few milliseconds.
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  const std::int64_t tick = static_cast<std::int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+  if (alive_at_.load(std::memory_order_relaxed) == tick) return true;
+  pollfd pf{pidfd_, POLLIN, 0};
+  if (::poll(&pf, 1, 0) != 0) return false;
+  alive_at_.store(tick, std::memory_order_relaxed);
+  return true;
+}
+
 Peer::Mapping::~Mapping() {
   if (map != nullptr) ::munmap(map, span);
 }
@@ -397,12 +416,7 @@ Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, st
     // A shareable region: copy through this process's own mapping of it. No
     // pidfd check: the mapping is of the region's file, not of a pid.
     const std::shared_ptr<const Mapping> m = f.share != 0 ? mapping(f) : nullptr;
-    if (m == nullptr) {
-      // The pid names the peer only while it lives (a pid is reused once its
-      // process is reaped): its pidfd turns readable when it exits.
-      pollfd pf{pidfd_, POLLIN, 0};
-      if (::poll(&pf, 1, 0) != 0) return Outcome::broken;
-    }
+    if (m == nullptr && !peer_alive()) return Outcome::broken;
     // Announce the transfer, then make sure the entry was not revoked
     // meanwhile (Table::remove: revoke, then wait for inflight == 0).
     found->inflight.fetch_add(1, std::memory_order_seq_cst);

@@ -224,9 +224,13 @@ class Peer {
   /// The mapping of `f` (a shareable entry), made now if needed; null when
   /// it cannot be made (the caller uses cross-memory attach).
   std::shared_ptr<const Mapping> mapping(const Found& f);
+  /// The peer process has not exited (its pidfd, looked at once per coarse
+  /// clock tick).
+  bool peer_alive() noexcept;
   pid_t pid_ = 0;
   int pidfd_ = -1;
-  std::uint64_t fd_ = 0, nonce_ = 0;  // what the offer named (Peer::get)
+  std::atomic<std::int64_t> alive_at_{-1};  // the coarse clock's tick of the last look
+  std::uint64_t fd_ = 0, nonce_ = 0;        // what the offer named (Peer::get)
   void* map_ = nullptr;
   mutable std::mutex mu_;                             // maps_; a leaf
   std::vector<std::shared_ptr<const Mapping>> maps_;  // oldest first, at most kMaxMappings
