@@ -571,6 +571,40 @@ TEST_F(SameHost, NothingLandsInASharedRegionAfterDeregistrationReturns) {
   }
 }
 
+// A write with immediate data: the data is placed directly, the note that
+// makes the target's completion follows on the connection, and the
+// initiator's completion comes with the target's acknowledgement of it.
+TEST_F(SameHost, AWriteWithImmediateDataIsPlacedDirectlyAndNotedOnTheConnection) {
+  Segment r(p->tmr, 0, 0);
+  ASSERT_OK(p->tep.recv({&r, 1}, 100));
+  const auto src = pattern(3000, 5);
+  std::memcpy(p->local_mem.data(), src.data(), src.size());
+  Segment w[2] = {Segment(p->lmr, 0, 1000), Segment(p->lmr, 1000, 2000)};
+  ASSERT_OK(p->iep.write_imm(w, p->rr, 500, 0xBEEF, 7));
+  auto c = collect(p->icq, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_FALSE(c[0].status) << describe(c[0]);
+  EXPECT_EQ(c[0].cookie, 7u);
+  EXPECT_EQ(c[0].op, Opcode::write);
+  EXPECT_EQ(direct_ops(p->iep), 1u) << why_not(p->iep);
+  auto t = collect(p->tcq, 1);
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_FALSE(t[0].status) << describe(t[0]);
+  EXPECT_EQ(t[0].cookie, 100u);
+  EXPECT_EQ(t[0].op, Opcode::recv_write_imm);
+  EXPECT_TRUE(t[0].has_imm);
+  EXPECT_EQ(t[0].imm, 0xBEEFu);
+  EXPECT_EQ(t[0].length, 3000u);
+  EXPECT_EQ(0, std::memcmp(p->target_mem.data() + 500, src.data(), src.size()));
+  EXPECT_EQ(p->target_mem[499], Pair::kTargetFill);
+  EXPECT_EQ(p->target_mem[3500], Pair::kTargetFill);
+  // Acknowledged, nothing is in flight: the next write goes direct again.
+  Segment one(p->lmr, 0, 8);
+  ASSERT_OK(p->iep.write({&one, 1}, p->rr, 0, 8));
+  ASSERT_EQ(collect(p->icq, 1).size(), 1u);
+  EXPECT_EQ(direct_ops(p->iep), 2u);
+}
+
 // A flush posted with nothing in flight is checked against the table and
 // completed by the initiator: every earlier write is placed already. A
 // failed check is the target's refusal.

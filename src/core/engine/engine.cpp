@@ -252,11 +252,31 @@ bool EndpointImpl::try_direct(OpSlot& s) {
     return true;
   }
   const bool write = s.kind == OpSlot::Kind::write;
-  if (write ? s.with_data : s.kind != OpSlot::Kind::read) return false;
+  if (!write && s.kind != OpSlot::Kind::read) return false;
   if (s.done.length == 0) return false;  // nothing to place: the transport's rules apply
   bool mapped = false;
   switch (direct_peer->transfer(write, {s.iov, s.iov_count}, s.done.length, s.raddr, s.rkey, &mapped)) {
     case direct::Peer::Outcome::done:
+      if (write && s.with_data) {
+        // With immediate data: the data is placed; its note follows on the
+        // connection, as the transport path sends it right behind the
+        // write (the target reports the note as the write's completion and
+        // acknowledges it). The operation completes on that acknowledgement
+        // (handle_ack), holding the endpoint's later operations to the
+        // transport until then. A note the provider cannot take now: the
+        // whole operation goes over the transport, which places the same
+        // bytes again.
+        std::uint8_t len[8];
+        for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(s.done.length >> (8 * i));
+        if (conn->inject(len, sizeof len, s.data) != 0) return false;
+        if (s.check) zone->check->on_take(*this, s);
+        direct_ops.fetch_add(1, std::memory_order_relaxed);
+        if (mapped) direct_mapped_ops.fetch_add(1, std::memory_order_relaxed);
+        ++in_flight;  // no transport completion (posted stays false): handle_ack ends it
+        s.msg_seq = ++msgs_posted;
+        unacked.emplace_back(s.index, s.generation);
+        return true;
+      }
       if (s.check) zone->check->on_take(*this, s);
       direct_ops.fetch_add(1, std::memory_order_relaxed);
       if (mapped) direct_mapped_ops.fetch_add(1, std::memory_order_relaxed);
