@@ -15,6 +15,7 @@
 #include <shared_mutex>
 #include <span>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
@@ -121,6 +122,18 @@ struct ZoneImpl : std::enable_shared_from_this<ZoneImpl> {
   // creation, then constant.
   std::unique_ptr<direct::Table> direct;
   std::string direct_why_not;
+  // Files that registered ranges of this zone are shared mappings of
+  // (find_shared_file): one descriptor per file and open mode, however many
+  // regions lie in it (a program registering thousands of ranges of one
+  // mapped file must not hold thousands of descriptors). `fd` closes when
+  // the last such region closes (release_shared_file).
+  struct SharedFile {
+    int fd = -1;
+    std::size_t regions = 0;
+  };
+  std::mutex shared_files_mu;                                                         // a leaf
+  std::map<std::tuple<std::uint64_t, std::uint64_t, bool>, SharedFile> shared_files;  // (dev, inode, writable)
+  void release_shared_file(int fd) noexcept;
 };
 
 struct RegionImpl : std::enable_shared_from_this<RegionImpl> {
@@ -151,8 +164,10 @@ struct RegionImpl : std::enable_shared_from_this<RegionImpl> {
   void (*persist_fn)(const void*, std::size_t) = nullptr;
   // The file the region's memory is a shared mapping of (map_file and
   // allocate from offset 0; a register_memory range the program mapped from
-  // a file, opened again by its name); closed by close().
+  // a file, opened again by its name); closed by close(), or given back to
+  // the zone's shared_files when `fd_shared`.
   int fd = -1;
+  bool fd_shared = false;
   // Set for ProtectionZone::allocate regions: the memfd mapping, unmapped
   // by close().
   void* owned_map = nullptr;

@@ -692,6 +692,11 @@ TEST_F(SameHost, AFileTheProgramMappedAndRegisteredIsMappedByThePeer) {
     EXPECT_EQ(direct_ops(p->iep), direct_before + 1) << why_not(p->iep);
     return mapped_ops(p->iep) == before + 1;
   };
+  auto open_fds = [] {
+    std::size_t n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+    return n;
+  };
   // Pages 1 and 2 of the file: a file offset of one page.
   auto mr = MUST(p->tz.register_memory(mem + 4096, 2 * 4096, Access::all));
   EXPECT_TRUE(write_mapped(mr, 100));
@@ -707,6 +712,13 @@ TEST_F(SameHost, AFileTheProgramMappedAndRegisteredIsMappedByThePeer) {
   EXPECT_EQ(mapped_ops(p->iep), before + 1);
   EXPECT_EQ(0, std::memcmp(p->local_mem.data() + 1024, src.data(), src.size()));
 
+  // Another range of the same file: mapped too, through the zone's
+  // descriptor of the file, which is not opened again.
+  const std::size_t fds_before = open_fds();
+  auto page0 = MUST(p->tz.register_memory(mem, 4096, Access::all));
+  EXPECT_TRUE(write_mapped(page0, 0));
+  EXPECT_EQ(open_fds(), fds_before) << "one descriptor per file, not per region";
+  page0.close();
   // Not on a page: cross-memory attach.
   auto unaligned = MUST(p->tz.register_memory(mem + 64, 512, Access::all));
   EXPECT_FALSE(write_mapped(unaligned, 0));
@@ -797,7 +809,11 @@ TEST_F(SameHost, AnEndedConnectionLeavesNothingOfThePeerMapped) {
   ASSERT_EQ(mapped_ops(p->iep), 1u);
   // The owner's mapping and the initiator's.
   EXPECT_EQ(memfd_mappings("remora-region").size(), 2u);
+  // Each zone's own table and each side's mapping of the other's (the
+  // target maps the initiator's when the initiator's offer arrived).
+  ASSERT_TRUE(direct_ready(p->tep)) << why_not(p->tep);
   const std::size_t tables = memfd_mappings("remora-regions").size();
+  EXPECT_EQ(tables, 4u);
   p->tep.close();
   EXPECT_EQ(MUST(p->iep.next_event(kWait)).type, ConnectionEventType::disconnected);
   EXPECT_FALSE(direct_ready(p->iep, 0ms));

@@ -41,7 +41,10 @@ void RegionImpl::close() noexcept {
   if (owned_map != nullptr && fd >= 0 && no_peer_inside) (void)::ftruncate(fd, 0);
   if (owned_map != nullptr) ::munmap(owned_map, owned_len);
   owned_map = nullptr;
-  if (fd >= 0) ::close(fd);
+  if (fd >= 0 && fd_shared)
+    zone->release_shared_file(fd);
+  else if (fd >= 0)
+    ::close(fd);
   fd = -1;
 }
 

@@ -20,6 +20,18 @@ ZoneImpl::~ZoneImpl() {
   if (agent) agent->stop();
 }
 
+void ZoneImpl::release_shared_file(int fd) noexcept {
+  std::lock_guard<std::mutex> lock(shared_files_mu);
+  for (auto it = shared_files.begin(); it != shared_files.end(); ++it) {
+    if (it->second.fd != fd) continue;
+    if (--it->second.regions == 0) {
+      ::close(fd);
+      shared_files.erase(it);
+    }
+    return;
+  }
+}
+
 std::uint64_t ZoneImpl::random_key() {
   MutexLock lock(rng_mu);
   std::uint64_t k = 0;
@@ -42,7 +54,8 @@ bool range_mapped(const void* addr, std::size_t len) noexcept {
 }
 
 /// A registered range that is a shared mapping of a regular file: the file,
-/// opened again, and the file offset of the range's start.
+/// opened again (or the zone's descriptor of it), and the file offset of the
+/// range's start.
 struct SharedFile {
   int fd = -1;
   std::uint64_t offset = 0;
@@ -56,7 +69,7 @@ struct SharedFile {
 /// file opened must be the mapped one (device and inode as in
 /// /proc/self/maps). fd -1 otherwise: the region is reached by cross-memory
 /// attach.
-SharedFile find_shared_file(const void* addr, std::size_t len, bool write) {
+SharedFile find_shared_file(ZoneImpl& zone, const void* addr, std::size_t len, bool write) {
   static const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
   const auto a = reinterpret_cast<std::uintptr_t>(addr);
   if ((a & (page - 1)) != 0) return {};
@@ -84,6 +97,17 @@ SharedFile find_shared_file(const void* addr, std::size_t len, bool write) {
         path[0] != '/' ||
         (plen >= sizeof kDeleted - 1 && std::strcmp(path + plen - (sizeof kDeleted - 1), kDeleted) == 0))
       break;
+    // One descriptor per file and mode in the zone: a file already open
+    // for another region is not opened again (its device and inode were
+    // checked then).
+    const auto id = std::make_tuple(std::uint64_t{::makedev(major, minor)}, inode, write);
+    std::lock_guard<std::mutex> lock(zone.shared_files_mu);
+    if (auto it = zone.shared_files.find(id); it != zone.shared_files.end()) {
+      ++it->second.regions;
+      out.fd = it->second.fd;
+      out.offset = offset + (a - start);
+      break;
+    }
     const int fd = ::open(path, (write ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) break;
     struct stat st {};
@@ -92,6 +116,7 @@ SharedFile find_shared_file(const void* addr, std::size_t len, bool write) {
       ::close(fd);
       break;
     }
+    zone.shared_files[id] = ZoneImpl::SharedFile{fd, 1};
     out.fd = fd;
     out.offset = offset + (a - start);
     break;
@@ -157,13 +182,14 @@ Result<MemoryRegion> ProtectionZone::register_memory(void* addr, std::size_t len
   // open, as `fd`, until the region is closed.
   detail::SharedFile shared;
   if (impl_->direct && (has(access, Access::remote_read) || has(access, Access::remote_write)))
-    shared = detail::find_shared_file(addr, len, has(access, Access::remote_write));
+    shared = detail::find_shared_file(*impl_, addr, len, has(access, Access::remote_write));
   auto r = detail::register_region(impl_, addr, len, access, shared.fd, shared.offset, persistent);
   if (!r) {
-    if (shared.fd >= 0) ::close(shared.fd);
+    if (shared.fd >= 0) impl_->release_shared_file(shared.fd);
     return r.error();
   }
   (*r)->fd = shared.fd;
+  (*r)->fd_shared = shared.fd >= 0;
   (*r)->persistent = persistent;
   if (impl_->check) impl_->check->on_register(**r);  // remora-check (docs/check.md)
   return MemoryRegion(std::move(*r));
