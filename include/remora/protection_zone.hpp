@@ -55,9 +55,10 @@ class ProtectionZone {
   /// The memory is `MemoryRegion::address()`; it lives as long as the region
   /// and is unmapped when the region is closed or destroyed; the region
   /// holds one file descriptor (close-on-exec) until then. Not persistent.
-  /// With the same-host direct path on (REMORA_SAMEHOST=1), a peer of this
-  /// host maps such a region itself and copies into and out of it
-  /// (docs/design.md, "Same-host direct path"). Errors: invalid_argument
+  /// On the same-host direct path (on by default: FabricOptions::same_host),
+  /// a peer of this host maps such a region itself and copies into and out
+  /// of it; closing the region frees its pages there too (docs/design.md,
+  /// "Same-host direct path"). Errors: invalid_argument
   /// (`len` 0 or too large for the address space, access none or unknown
   /// bits), no_memory (the memory file or its mapping could not be made, or
   /// the transport refused the registration), invalid_handle.
