@@ -50,10 +50,18 @@
 #include <string_view>
 #include <vector>
 
+#include "bench_stats.hpp"
 #include "cli.hpp"
 #include "watchdog.hpp"
 
 namespace {
+
+using remora::bench::cpu_seconds;
+using remora::bench::errno_text;
+using remora::bench::fixed;
+using remora::bench::median;
+using remora::bench::number;
+using remora::bench::percentile;
 
 using Clock = std::chrono::steady_clock;
 using remora::tools::UsageError;
@@ -143,27 +151,6 @@ struct Row {
   std::uint64_t ops = 0;  // over every repetition
 };
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-double percentile(std::vector<double>& v, double p) {
-  if (v.empty()) return 0;
-  const auto k = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-  return v[k];
-}
-
-double cpu_seconds() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
-
 class Output {
  public:
   explicit Output(const Config& c) : config_(c) {}
@@ -222,16 +209,6 @@ class Output {
   }
 
  private:
-  static std::string number(double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.6f", v);
-    return buf;
-  }
-  static std::string fixed(double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.3f", v);
-    return buf;
-  }
   const Config& config_;
 };
 
@@ -240,8 +217,6 @@ class Output {
 struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-
-std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
 // Page-aligned, touched memory (so no measurement pays first-touch faults).
 struct Buffer {

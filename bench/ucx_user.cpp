@@ -51,9 +51,17 @@
 #include <string_view>
 #include <vector>
 
+#include "bench_stats.hpp"
 #include "cli.hpp"
 
 namespace {
+
+using remora::bench::cpu_seconds;
+using remora::bench::errno_text;
+using remora::bench::fixed;
+using remora::bench::median;
+using remora::bench::number;
+using remora::bench::percentile;
 
 using Clock = std::chrono::steady_clock;
 using remora::tools::UsageError;
@@ -138,31 +146,8 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
-
 void check(ucs_status_t st, const char* what) {
   if (st != UCS_OK) throw Error(std::string(what) + ": " + ucs_status_string(st));
-}
-
-double cpu_seconds() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-double percentile(std::vector<double>& v, double p) {
-  if (v.empty()) return 0;
-  const auto k = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-  return v[k];
 }
 
 // The byte put at one size (a different one per size, so that the child's
@@ -705,16 +690,6 @@ class Output {
   }
 
  private:
-  static std::string number(double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.6f", v);
-    return buf;
-  }
-  static std::string fixed(double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.3f", v);
-    return buf;
-  }
   const Config& config_;
   std::string tls_;
 };
