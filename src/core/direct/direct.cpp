@@ -292,6 +292,19 @@ Peer::~Peer() {
   if (pidfd_ >= 0) ::close(pidfd_);
 }
 
+bool Peer::enter(const Found& f) noexcept {
+  // Announce the transfer, then make sure the entry was not revoked
+  // meanwhile (Table::remove: revoke, then wait for inflight == 0). Both
+  // sequentially consistent, so either this side sees the revocation or the
+  // owner sees the announcement.
+  f.entry->inflight.fetch_add(1, std::memory_order_seq_cst);
+  if (f.entry->seq.load(std::memory_order_seq_cst) == f.seq) return true;
+  f.entry->inflight.fetch_sub(1, std::memory_order_seq_cst);
+  return false;
+}
+
+void Peer::leave(const Found& f) noexcept { f.entry->inflight.fetch_sub(1, std::memory_order_seq_cst); }
+
 bool Peer::peer_alive() noexcept {
   // The pid names the peer only while it lives (a pid is reused once its
   // process is reaped): its pidfd turns readable when it exits. Looked at
@@ -408,7 +421,6 @@ Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, st
     if (f.entry == nullptr)
       // Not a region of the peer's zone, unless the table left some out.
       return header()->omitted.load(std::memory_order_seq_cst) == 0 ? Outcome::refused : Outcome::tcp;
-    Entry* found = f.entry;
     // The checks the target would make: the range inside the region, the
     // privilege in the region's access.
     if (raddr < f.addr || total > f.len || raddr - f.addr > f.len - total || (f.access & need) == 0)
@@ -416,47 +428,41 @@ Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, st
     // A shareable region: copy through this process's own mapping of it. No
     // pidfd check: the mapping is of the region's file, not of a pid.
     const std::shared_ptr<const Mapping> m = f.share != 0 ? mapping(f) : nullptr;
-    if (m == nullptr && !peer_alive()) return Outcome::broken;
-    // Announce the transfer, then make sure the entry was not revoked
-    // meanwhile (Table::remove: revoke, then wait for inflight == 0).
-    found->inflight.fetch_add(1, std::memory_order_seq_cst);
-    if (found->seq.load(std::memory_order_seq_cst) != f.seq) {
-      found->inflight.fetch_sub(1, std::memory_order_seq_cst);
-      continue;
-    }
-    if (m != nullptr) {
-      char* at = m->base + (raddr - f.addr);
+    if (m == nullptr) {
+      // Cross-memory attach, to the peer's pid while it lives: at most
+      // kMaxLocal local segments in one call.
+      if (!peer_alive()) return Outcome::broken;
+      iovec liov[kMaxLocal];
+      std::size_t n = 0;
       for (const backend::Iov& v : local) {
         if (v.len == 0) continue;
-        if (write)
-          std::memcpy(at, v.addr, v.len);
-        else
-          std::memcpy(v.addr, at, v.len);
-        at += v.len;
+        if (n == kMaxLocal) return Outcome::tcp;
+        liov[n++] = iovec{v.addr, v.len};
       }
-      found->inflight.fetch_sub(1, std::memory_order_seq_cst);
-      if (mapped != nullptr) *mapped = true;
-      return Outcome::done;
+      iovec riov{reinterpret_cast<void*>(raddr), total};
+      if (!enter(f)) continue;
+      errno = 0;
+      const ssize_t moved =
+          write ? ::process_vm_writev(pid_, liov, n, &riov, 1, 0) : ::process_vm_readv(pid_, liov, n, &riov, 1, 0);
+      const int err = errno;
+      leave(f);
+      if (moved == static_cast<ssize_t>(total)) return Outcome::done;
+      if (moved < 0 && (err == EPERM || err == ESRCH)) return Outcome::broken;
+      return Outcome::tcp;  // short, EFAULT, ENOMEM: the transport decides
     }
-    iovec liov[kMaxLocal];
-    std::size_t n = 0;
+    if (!enter(f)) continue;
+    char* at = m->base + (raddr - f.addr);
     for (const backend::Iov& v : local) {
       if (v.len == 0) continue;
-      if (n == kMaxLocal) {
-        found->inflight.fetch_sub(1, std::memory_order_seq_cst);
-        return Outcome::tcp;
-      }
-      liov[n++] = iovec{v.addr, v.len};
+      if (write)
+        std::memcpy(at, v.addr, v.len);
+      else
+        std::memcpy(v.addr, at, v.len);
+      at += v.len;
     }
-    iovec riov{reinterpret_cast<void*>(raddr), total};
-    errno = 0;
-    const ssize_t moved =
-        write ? ::process_vm_writev(pid_, liov, n, &riov, 1, 0) : ::process_vm_readv(pid_, liov, n, &riov, 1, 0);
-    const int err = errno;
-    found->inflight.fetch_sub(1, std::memory_order_seq_cst);
-    if (moved == static_cast<ssize_t>(total)) return Outcome::done;
-    if (moved < 0 && (err == EPERM || err == ESRCH)) return Outcome::broken;
-    return Outcome::tcp;  // short, EFAULT, ENOMEM: the transport decides
+    leave(f);
+    if (mapped != nullptr) *mapped = true;
+    return Outcome::done;
   }
   return Outcome::tcp;  // the entry kept changing
 }
@@ -471,17 +477,13 @@ Peer::Outcome Peer::atomic_write(std::uint64_t key, std::uint64_t raddr, std::ui
       return Outcome::tcp;
     const std::shared_ptr<const Mapping> m = mapping(f);
     if (m == nullptr) return Outcome::tcp;
-    f.entry->inflight.fetch_add(1, std::memory_order_seq_cst);
-    if (f.entry->seq.load(std::memory_order_seq_cst) != f.seq) {
-      f.entry->inflight.fetch_sub(1, std::memory_order_seq_cst);
-      continue;
-    }
+    if (!enter(f)) continue;
     // The mapping starts at the region's start, both 8-aligned, so an
     // 8-aligned remote address is 8-aligned here too: a real atomic store
     // to the same physical memory the owner's agent would store to.
     char* at = m->base + (raddr - f.addr);
     __atomic_store_n(reinterpret_cast<std::uint64_t*>(at), value, __ATOMIC_SEQ_CST);
-    f.entry->inflight.fetch_sub(1, std::memory_order_seq_cst);
+    leave(f);
     return Outcome::done;
   }
   return Outcome::tcp;
@@ -502,18 +504,14 @@ Peer::Outcome Peer::flush(std::uint64_t key, std::uint64_t raddr, std::uint64_t 
     if ((f.access & kPersistent) == 0 || f.share == 0) return Outcome::tcp;
     const std::shared_ptr<const Mapping> m = mapping(f);
     if (m == nullptr) return Outcome::tcp;
-    f.entry->inflight.fetch_add(1, std::memory_order_seq_cst);
-    if (f.entry->seq.load(std::memory_order_seq_cst) != f.seq) {
-      f.entry->inflight.fetch_sub(1, std::memory_order_seq_cst);
-      continue;
-    }
+    if (!enter(f)) continue;
     // RegionImpl::persist's step for a file mapping, on the same pages
     // through this process's mapping (page-aligned at the region's start).
     static const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
     const std::uint64_t from = (raddr - f.addr) & ~(page - 1);
     const std::uint64_t to = raddr - f.addr + len;
     const int rc = ::msync(m->base + from, to - from, MS_SYNC);
-    f.entry->inflight.fetch_sub(1, std::memory_order_seq_cst);
+    leave(f);
     return rc == 0 ? Outcome::done : Outcome::tcp;
   }
   return Outcome::tcp;

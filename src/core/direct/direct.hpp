@@ -221,6 +221,11 @@ class Peer {
     bool torn = false;  // changed while read: look again
   };
   Found lookup(std::uint64_t key) const noexcept;
+  /// Announce a transfer to the entry of `f` (Table::remove waits for it to
+  /// leave); false, with nothing announced, when the entry changed since
+  /// `f` was read (look it up again).
+  static bool enter(const Found& f) noexcept;
+  static void leave(const Found& f) noexcept;
   /// The mapping of `f` (a shareable entry), made now if needed; null when
   /// it cannot be made (the caller uses cross-memory attach).
   std::shared_ptr<const Mapping> mapping(const Found& f);

@@ -219,6 +219,12 @@ bool EndpointImpl::try_direct(OpSlot& s) {
   // endpoint in flight or waiting: the operation is placed now, so every
   // earlier one must be complete for the ordering guarantees to hold.
   if (!direct_peer || in_flight != 0 || !deferred.empty()) return false;
+  // The operation was decided here (placed, or refused by the table).
+  auto taken = [&](bool mapped) {
+    if (s.check) zone->check->on_take(*this, s);
+    direct_ops.fetch_add(1, std::memory_order_relaxed);
+    if (mapped) direct_mapped_ops.fetch_add(1, std::memory_order_relaxed);
+  };
   if (s.kind == OpSlot::Kind::ctl && s.ctl.op == wire::op_flush) {
     // A flush, checked against the table; PERSISTENT written back through
     // this process's mapping of a persistent file region. Whatever the
@@ -226,14 +232,11 @@ bool EndpointImpl::try_direct(OpSlot& s) {
     const bool persistent = s.ctl.flush_type == static_cast<std::uint8_t>(FlushType::persistent);
     switch (direct_peer->flush(s.ctl.key, s.ctl.addr, s.ctl.len, persistent)) {
       case direct::Peer::Outcome::done:
-        if (s.check) zone->check->on_take(*this, s);
-        direct_ops.fetch_add(1, std::memory_order_relaxed);
-        if (persistent) direct_mapped_ops.fetch_add(1, std::memory_order_relaxed);
+        taken(persistent);
         complete(s, {});
         return true;
       case direct::Peer::Outcome::refused:
-        if (s.check) zone->check->on_take(*this, s);
-        direct_ops.fetch_add(1, std::memory_order_relaxed);
+        taken(false);
         fail(&s, make_error_code(Errc::remote_access), ConnectionEventType::lost);
         return true;
       default: return false;
@@ -245,9 +248,7 @@ bool EndpointImpl::try_direct(OpSlot& s) {
     // target's agent, which answers it.
     if (s.ctl.op != wire::op_atomic_write || s.ctl.len != 8) return false;
     if (direct_peer->atomic_write(s.ctl.key, s.ctl.addr, s.ctl.value) != direct::Peer::Outcome::done) return false;
-    if (s.check) zone->check->on_take(*this, s);
-    direct_ops.fetch_add(1, std::memory_order_relaxed);
-    direct_mapped_ops.fetch_add(1, std::memory_order_relaxed);
+    taken(true);
     complete(s, {});
     return true;
   }
@@ -269,24 +270,19 @@ bool EndpointImpl::try_direct(OpSlot& s) {
         std::uint8_t len[8];
         for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(s.done.length >> (8 * i));
         if (conn->inject(len, sizeof len, s.data) != 0) return false;
-        if (s.check) zone->check->on_take(*this, s);
-        direct_ops.fetch_add(1, std::memory_order_relaxed);
-        if (mapped) direct_mapped_ops.fetch_add(1, std::memory_order_relaxed);
+        taken(mapped);
         ++in_flight;  // no transport completion (posted stays false): handle_ack ends it
         s.msg_seq = ++msgs_posted;
         unacked.emplace_back(s.index, s.generation);
         return true;
       }
-      if (s.check) zone->check->on_take(*this, s);
-      direct_ops.fetch_add(1, std::memory_order_relaxed);
-      if (mapped) direct_mapped_ops.fetch_add(1, std::memory_order_relaxed);
+      taken(mapped);
       complete(s, {});
       return true;
     case direct::Peer::Outcome::refused:
       // What the target's refusal over the transport gives: remote_access,
       // and the connection ends (the peer sees it lost).
-      if (s.check) zone->check->on_take(*this, s);
-      direct_ops.fetch_add(1, std::memory_order_relaxed);
+      taken(false);
       fail(&s, make_error_code(Errc::remote_access), ConnectionEventType::lost);
       return true;
     case direct::Peer::Outcome::broken:
