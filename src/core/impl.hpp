@@ -106,9 +106,20 @@ struct ZoneImpl : std::enable_shared_from_this<ZoneImpl> {
   std::shared_mutex regions_mu;
   std::map<std::uint64_t, RegionImpl*> regions;
 
-  // Connection-management routing: transport identity -> object.
+  // Connection-management routing: transport identity -> object. A
+  // transport identity is an address the provider may give a later
+  // connection once this one is closed, so an endpoint's entry carries the
+  // generation of the connection it was made for (EndpointImpl::conn_gen),
+  // and the agent reads an event and resolves its identity under cm_mu in
+  // one step: an entry is erased before its connection closes, and closing
+  // discards the connection's queued events, so an event is never resolved
+  // to a later connection at the same address.
   Mutex cm_mu;
-  std::map<const void*, std::weak_ptr<EndpointImpl>> cm_endpoints REMORA_GUARDED_BY(cm_mu);
+  struct CmOwner {
+    std::weak_ptr<EndpointImpl> ep;
+    std::uint64_t gen = 0;
+  };
+  std::map<const void*, CmOwner> cm_endpoints REMORA_GUARDED_BY(cm_mu);
   std::map<const void*, std::weak_ptr<ListenerImpl>> cm_listeners REMORA_GUARDED_BY(cm_mu);
 
   Mutex rng_mu;
@@ -377,6 +388,11 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   Mutex mu;
   std::atomic<EndpointState> state{EndpointState::unconnected};
   std::unique_ptr<backend::Connection> conn REMORA_GUARDED_BY(mu);
+  // Counts the connections this endpoint has made (setup_connection): a
+  // connection-management event is applied only to the generation it was
+  // read for (ZoneImpl::cm_endpoints), never to a connection made after a
+  // reset that the event raced with.
+  std::uint64_t conn_gen REMORA_GUARDED_BY(mu) = 0;
   // Made on first use, up to options.max_outstanding (take_slot): an idle
   // connection holds none. A deque never moves its elements as it grows, so
   // the addresses the transport holds as contexts stay valid.
@@ -499,7 +515,7 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// transport confirms nothing is pending (its try-wait, which also
   /// re-arms the fd) and no acknowledgement or reply waits to be sent.
   bool ready_to_sleep() REMORA_EXCLUDES(mu);
-  void on_cm_event(backend::CmEvent& ev) REMORA_EXCLUDES(mu);
+  void on_cm_event(backend::CmEvent& ev, std::uint64_t gen) REMORA_EXCLUDES(mu);
   void push_event(ConnectionEvent ev);
   void drop_connection() noexcept REMORA_EXCLUDES(mu);
   /// An accepted connection can be established at the transport while its
@@ -553,11 +569,20 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::size_t run_persist_jobs();
   void durability_loop();
   void run();
-  void handle_cm(backend::CmEvent& ev);
-  /// Read one queued connection-management event (false: none). Reading
-  /// runs the transport's progress, so it holds transport_mu (shared); it is
-  /// released before the event is handled (that takes endpoint locks).
-  bool next_cm_event(backend::CmEvent& ev);
+  /// A connection-management event and what its identity named when it
+  /// was read.
+  struct CmRouted {
+    backend::CmEvent ev;
+    std::shared_ptr<EndpointImpl> ep;
+    std::uint64_t gen = 0;  // the endpoint's connection generation
+    std::shared_ptr<ListenerImpl> listener;
+  };
+  void handle_cm(CmRouted& r);
+  /// Read one queued connection-management event and resolve its identity
+  /// (false: none), under the zone's cm_mu. Reading runs the transport's
+  /// progress, so it holds transport_mu (shared); both are released before
+  /// the event is handled (that takes endpoint locks).
+  bool next_cm_event(CmRouted& out);
   ZoneImpl* zone_;
   bool busy_;
   int epfd_ = -1;

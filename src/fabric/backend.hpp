@@ -137,7 +137,10 @@ class Connection {
   virtual int wait_fd() const noexcept = 0;
   /// True when it is safe to sleep on wait_fd() (nothing pending).
   virtual bool try_wait() noexcept = 0;
-  /// Identity used by connection-management events.
+  /// Identity used by connection-management events. A later connection may
+  /// get the same identity once this one is destroyed; destroying it
+  /// discards its events still queued in the domain (as fi_close does), so
+  /// an event read after that is never this connection's.
   virtual const void* cm_id() const noexcept = 0;
 };
 

@@ -133,6 +133,9 @@ class Net final : public Network {
   void break_pair(MemConnection& c);
   void end(MemConnection& c, bool notify_self);
   void push_cm(std::uint64_t domain, CmEvent ev);
+  /// Drop the events of `cm_id` still queued in `domain` (a connection
+  /// being destroyed, as libfabric's fi_close does).
+  void drop_cm(std::uint64_t domain, const void* cm_id);
   void place(MemConnection& dst, Message m);
 
   mutable std::mutex mu;
@@ -193,6 +196,7 @@ class MemConnection final : public Connection {
       it = net_->wire.erase(it);
     }
     if (peer != 0) net_->end(*this, false);
+    net_->drop_cm(domain, this);
     net_->conns.erase(id);
   }
 
@@ -419,6 +423,10 @@ class MemDomain final : public Domain {
     if (events.empty()) ready_.raise();
     events.push_back(std::move(ev));
   }
+  void drop(const void* cm_id) {
+    std::erase_if(events, [cm_id](const CmEvent& ev) { return ev.cm_id == cm_id; });
+    if (events.empty()) ready_.clear();
+  }
 
   std::uint64_t id = 0;
 
@@ -478,6 +486,10 @@ Result<void> MemConnection::accept(std::span<const std::uint8_t> pdata) {
 
 void Net::push_cm(std::uint64_t domain, CmEvent ev) {
   if (auto it = domains.find(domain); it != domains.end()) it->second->push(std::move(ev));
+}
+
+void Net::drop_cm(std::uint64_t domain, const void* cm_id) {
+  if (auto it = domains.find(domain); it != domains.end()) it->second->drop(cm_id);
 }
 
 int Net::post(Op op) {

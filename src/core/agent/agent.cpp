@@ -235,16 +235,27 @@ void Agent::remove(EndpointImpl* ep, int fd, backend::SharedQueue* queue) {
   endpoints_.erase(ep);
 }
 
-void Agent::handle_cm(backend::CmEvent& ev) {
-  std::shared_ptr<EndpointImpl> ep;
-  std::shared_ptr<ListenerImpl> listener;
+bool Agent::next_cm_event(CmRouted& out) {
+  // Read and resolved in one step under cm_mu (see ZoneImpl::cm_endpoints).
+  MutexLock lock(zone_->cm_mu);
   {
-    MutexLock lock(zone_->cm_mu);
-    if (auto it = zone_->cm_endpoints.find(ev.cm_id); it != zone_->cm_endpoints.end()) ep = it->second.lock();
-    if (auto it = zone_->cm_listeners.find(ev.cm_id); it != zone_->cm_listeners.end()) listener = it->second.lock();
+    std::shared_lock<std::shared_mutex> transport(zone_->transport_mu);
+    if (!zone_->domain->next_cm_event(out.ev)) return false;
   }
-  if (ep) {
-    ep->on_cm_event(ev);
+  if (auto it = zone_->cm_endpoints.find(out.ev.cm_id); it != zone_->cm_endpoints.end()) {
+    out.ep = it->second.ep.lock();
+    out.gen = it->second.gen;
+  }
+  if (auto it = zone_->cm_listeners.find(out.ev.cm_id); it != zone_->cm_listeners.end())
+    out.listener = it->second.lock();
+  return true;
+}
+
+void Agent::handle_cm(CmRouted& r) {
+  auto& ev = r.ev;
+  auto& listener = r.listener;
+  if (r.ep) {
+    r.ep->on_cm_event(ev, r.gen);
     return;
   }
   if (!listener || ev.kind != backend::CmEvent::conn_request) return;
@@ -273,15 +284,10 @@ void Agent::handle_cm(backend::CmEvent& ev) {
   listener->cv.notify_all();
 }
 
-bool Agent::next_cm_event(backend::CmEvent& ev) {
-  std::shared_lock<std::shared_mutex> transport(zone_->transport_mu);
-  return zone_->domain->next_cm_event(ev);
-}
-
 std::size_t Agent::dispatch_cm() {
   MutexLock lock(cm_mu_);
   std::size_t n = 0;
-  for (backend::CmEvent ev; !stop_ && next_cm_event(ev); ++n) handle_cm(ev);
+  for (CmRouted r; !stop_ && next_cm_event(r); ++n, r = CmRouted{}) handle_cm(r);
   return n;
 }
 

@@ -63,7 +63,7 @@ Result<void> EndpointImpl::setup_connection(const std::shared_ptr<void>& request
   }
   {
     MutexLock lock(zone->cm_mu);
-    zone->cm_endpoints[conn->cm_id()] = weak_from_this();
+    zone->cm_endpoints[conn->cm_id()] = ZoneImpl::CmOwner{weak_from_this(), ++conn_gen};
   }
   zone->agent->add(shared_from_this(), conn->wait_fd(), conn->shared_queue());
   watch_queues(conn->wait_fd(), true);
@@ -480,9 +480,9 @@ void EndpointImpl::push_event(ConnectionEvent ev) {
   ev_cv.notify_all();
 }
 
-void EndpointImpl::on_cm_event(backend::CmEvent& ev) {
+void EndpointImpl::on_cm_event(backend::CmEvent& ev, std::uint64_t gen) {
   MutexLock lock(mu);
-  if (!conn) return;
+  if (!conn || gen != conn_gen) return;  // for a connection since reset
   const EndpointState st = state;
   switch (ev.kind) {
     case backend::CmEvent::connected: {
