@@ -145,6 +145,12 @@ struct ZoneImpl : std::enable_shared_from_this<ZoneImpl> {
   std::mutex shared_files_mu;                                                         // a leaf
   std::map<std::tuple<std::uint64_t, std::uint64_t, bool>, SharedFile> shared_files;  // (dev, inode, writable)
   void release_shared_file(int fd) noexcept;
+  /// A shareable region of this zone was revoked in `direct`: every peer
+  /// that may have mapped it (a connection whose peer took this zone's
+  /// direct offer) is asked to drop the mapping, and this waits for the
+  /// answers (bounded, 1 s; not on the agent thread, which takes them, nor
+  /// in a zone without one, whose answers wait for the next progress call).
+  void revoke_at_peers() noexcept;
 };
 
 struct RegionImpl : std::enable_shared_from_this<RegionImpl> {
@@ -393,6 +399,15 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   // read for (ZoneImpl::cm_endpoints), never to a connection made after a
   // reset that the event raced with.
   std::uint64_t conn_gen REMORA_GUARDED_BY(mu) = 0;
+  // Same-host revocation (ZoneImpl::revoke_at_peers): the peer answered this
+  // side's direct offer, and whether it took it (it maps this zone's table,
+  // so it may map regions of it); the op_direct_revoke requests sent and
+  // answered on this connection. A peer that has not answered yet is asked
+  // too.
+  bool offer_answered REMORA_GUARDED_BY(mu) = false;
+  bool peer_maps_regions REMORA_GUARDED_BY(mu) = false;
+  std::uint64_t revokes_sent REMORA_GUARDED_BY(mu) = 0;
+  std::uint64_t revokes_answered REMORA_GUARDED_BY(mu) = 0;
   // Made on first use, up to options.max_outstanding (take_slot): an idle
   // connection holds none. A deque never moves its elements as it grows, so
   // the addresses the transport holds as contexts stay valid.
@@ -496,6 +511,13 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   void offer_direct() noexcept REMORA_REQUIRES(mu);
   /// The peer's offer: map its table if it is on this host.
   void accept_direct_offer(const wire::Ctl& offer) REMORA_REQUIRES(mu);
+  /// Ask the peer to drop its mappings of revoked regions of this zone
+  /// (op_direct_revoke): the request's serial, or 0 when nothing was asked
+  /// (not connected, the peer maps nothing of this zone, the transport did
+  /// not take the request).
+  std::uint64_t ask_revoke() REMORA_EXCLUDES(mu);
+  /// The peer answered revocation `serial`, or the connection is over.
+  bool revoke_answered(std::uint64_t serial) REMORA_EXCLUDES(mu);
   /// Place `s` (a write without immediate data, or a read) by the direct
   /// path if it can be: true when `s` is finished (completed or failed).
   bool try_direct(OpSlot& s) REMORA_REQUIRES(mu);
@@ -546,6 +568,13 @@ class Agent : public std::enable_shared_from_this<Agent> {
   /// One pass on the calling thread: connection management, then every
   /// endpoint (ProtectionZone::progress). Returns the work done.
   std::size_t run_once();
+  /// The zone's endpoints that are still alive.
+  std::vector<std::shared_ptr<EndpointImpl>> live_endpoints();
+  /// The agent thread runs and is not the calling thread: answers from
+  /// peers are taken while the caller waits.
+  bool serves_others() const noexcept {
+    return started_.load(std::memory_order_relaxed) && thread_id_.load() != std::this_thread::get_id();
+  }
   /// Read and handle every queued connection-management event on the
   /// calling thread. One thread at a time (cm_mu_), so the events of one
   /// connection are handled in the order they were read. Returns how many.
@@ -590,6 +619,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
   int wake_fd_ = -1;  // wake_.fd(), made at construction
   std::atomic<bool> stop_{false};
   std::thread thread_;
+  std::atomic<std::thread::id> thread_id_{};  // thread_'s, once it runs
   Mutex mu_;
   Mutex cm_mu_;         // dispatch_cm: one reader and handler at a time
   std::mutex jobs_mu_;  // the durability queue and its thread

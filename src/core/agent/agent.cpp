@@ -69,7 +69,10 @@ Agent::~Agent() {
 
 void Agent::start() {
   started_ = true;
-  thread_ = std::thread([self = shared_from_this()] { self->run(); });
+  thread_ = std::thread([self = shared_from_this()] {
+    self->thread_id_.store(std::this_thread::get_id());
+    self->run();
+  });
   track(shared_from_this());
 }
 
@@ -291,19 +294,22 @@ std::size_t Agent::dispatch_cm() {
   return n;
 }
 
+std::vector<std::shared_ptr<EndpointImpl>> Agent::live_endpoints() {
+  std::vector<std::shared_ptr<EndpointImpl>> eps;
+  MutexLock lock(mu_);
+  eps.reserve(endpoints_.size());
+  for (auto& [raw, w] : endpoints_)
+    if (auto p = w.ep.lock()) eps.push_back(std::move(p));
+  return eps;
+}
+
 std::size_t Agent::run_once() {
   std::size_t work = dispatch_cm();
   // A zone without a progress thread has no durability thread either: its
   // write-backs run here, on the caller's thread, outside every lock.
   if (!started_) work += run_persist_jobs();
-  std::vector<std::shared_ptr<EndpointImpl>> eps;
-  {
-    MutexLock lock(mu_);
-    for (auto& [raw, w] : endpoints_)
-      if (auto p = w.ep.lock()) eps.push_back(std::move(p));
-  }
   backend::ProgressPass pass;  // each shared transport queue is read once
-  for (auto& ep : eps) work += static_cast<std::size_t>(ep->progress());
+  for (auto& ep : live_endpoints()) work += static_cast<std::size_t>(ep->progress());
   return work;
 }
 

@@ -357,6 +357,17 @@ Peer::Found Peer::lookup(std::uint64_t key) const noexcept {
   return f;
 }
 
+void Peer::drop_revoked_locked() {
+  std::erase_if(maps_, [this](const std::shared_ptr<const Mapping>& m) {
+    return entries()[m->index].seq.load(std::memory_order_acquire) != m->seq;
+  });
+}
+
+void Peer::drop_revoked() {
+  std::lock_guard<std::mutex> lock(mu_);
+  drop_revoked_locked();
+}
+
 std::shared_ptr<const Peer::Mapping> Peer::mapping(const Found& f) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& m : maps_)
@@ -366,9 +377,7 @@ std::shared_ptr<const Peer::Mapping> Peer::mapping(const Found& f) {
   // not stay mapped here longer than the next miss; then make room. A
   // transfer of another connection copying through a dropped mapping keeps
   // it until it is done.
-  std::erase_if(maps_, [this](const std::shared_ptr<const Mapping>& m) {
-    return entries()[m->index].seq.load(std::memory_order_acquire) != m->seq;
-  });
+  drop_revoked_locked();
   if (maps_.size() >= kMaxMappings) maps_.erase(maps_.begin());
   static const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
   const std::uint64_t offset = share_offset(f.share);

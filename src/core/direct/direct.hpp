@@ -189,6 +189,11 @@ class Peer {
   /// its error), `refused` when a check fails.
   Outcome flush(std::uint64_t key, std::uint64_t raddr, std::uint64_t len, bool persistent);
 
+  /// Drop every cached mapping whose entry changed since it was made (the
+  /// peer deregistered the region): unmapped now unless a transfer is still
+  /// copying through it (it goes when that one lets go).
+  void drop_revoked();
+
   /// Mappings held now, and the first byte of the newest (tests).
   std::size_t mappings() const;
   const void* newest_mapping() const;
@@ -229,6 +234,7 @@ class Peer {
   /// The mapping of `f` (a shareable entry), made now if needed; null when
   /// it cannot be made (the caller uses cross-memory attach).
   std::shared_ptr<const Mapping> mapping(const Found& f);
+  void drop_revoked_locked();  // with mu_ held
   /// The peer process has not exited (its pidfd, looked at once per coarse
   /// clock tick).
   bool peer_alive() noexcept;

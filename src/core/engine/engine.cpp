@@ -50,6 +50,8 @@ Result<void> EndpointImpl::setup_connection(const std::shared_ptr<void>& request
   unacked.clear();
   direct_peer.reset();
   direct_why_not.clear();
+  offer_answered = peer_maps_regions = false;
+  revokes_sent = revokes_answered = 0;
   conn = std::move(*c);
   conn->set_owner(this);  // identity in the shared queue's ready reports (Agent::look_at)
   shared_queue.store(conn->shared_queue(), std::memory_order_relaxed);

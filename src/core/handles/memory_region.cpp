@@ -21,6 +21,9 @@ void RegionImpl::close() noexcept {
   // region already under way waited for (bounded: docs/design.md,
   // "Same-host direct path").
   const bool no_peer_inside = direct_slot < 0 || zone->direct->remove(direct_slot);
+  // A shareable region may be mapped by peers: they drop the mapping before
+  // this returns (bounded: ZoneImpl::revoke_at_peers).
+  if (direct_slot >= 0 && fd >= 0) zone->revoke_at_peers();
   direct_slot = -1;
   // A peer's write-back already running finishes first; any later one sees
   // `closed` and touches nothing.

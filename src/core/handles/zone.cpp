@@ -32,6 +32,26 @@ void ZoneImpl::release_shared_file(int fd) noexcept {
   }
 }
 
+void ZoneImpl::revoke_at_peers() noexcept {
+  std::vector<std::pair<std::shared_ptr<EndpointImpl>, std::uint64_t>> asked;
+  for (auto& ep : agent->live_endpoints())
+    if (const std::uint64_t serial = ep->ask_revoke(); serial != 0) asked.emplace_back(std::move(ep), serial);
+  if (asked.empty() || !agent->serves_others()) return;
+  agent->wake();
+  // Same bound as Table::remove's wait: a peer that is stopped, or whose
+  // zone makes no progress, is not waited for longer. It still drops the
+  // mapping at its next miss or when the connection ends.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (int spins = 0;; ++spins) {
+    std::erase_if(asked, [](const auto& a) { return a.first->revoke_answered(a.second); });
+    if (asked.empty() || std::chrono::steady_clock::now() >= deadline) return;
+    if (spins < 64)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 std::uint64_t ZoneImpl::random_key() {
   MutexLock lock(rng_mu);
   std::uint64_t k = 0;

@@ -82,7 +82,18 @@ void EndpointImpl::handle_request(const wire::Ctl& req) {
     peer_said_bye = true;
     return;
   }
-  if (req.op == wire::op_direct_offer) return accept_direct_offer(req);  // not answered
+  if (req.op == wire::op_direct_offer) return accept_direct_offer(req);
+  if (req.op == wire::op_direct_revoke) {
+    // The peer deregistered a region this side may have mapped: the mapping
+    // goes now (the peer waits for this answer before its deregistration
+    // returns).
+    if (direct_peer) direct_peer->drop_revoked();
+    wire::Ctl rep = req;
+    rep.status = 0;
+    pending_replies.push_back(rep);
+    flush_replies();
+    return;
+  }
   wire::Ctl rep = req;
   rep.status = static_cast<std::uint16_t>(Errc::remote_access);
   {
@@ -173,6 +184,16 @@ void EndpointImpl::handle_ack(std::uint64_t count) {
 }
 
 void EndpointImpl::handle_reply(const wire::Ctl& rep) {
+  // Answers that belong to no slot: to this side's offer and revocations.
+  if (rep.op == wire::op_direct_offer) {
+    offer_answered = true;
+    peer_maps_regions = rep.status == 0;
+    return;
+  }
+  if (rep.op == wire::op_direct_revoke) {
+    revokes_answered = std::max(revokes_answered, std::min(rep.token, revokes_sent));
+    return;
+  }
   auto idx = static_cast<std::uint32_t>(rep.token);
   auto gen = static_cast<std::uint32_t>(rep.token >> 32);
   if (idx >= slots.size()) return;
@@ -203,7 +224,7 @@ void EndpointImpl::offer_direct() noexcept {
       static_cast<std::uint32_t>(::getpid()) | (std::uint64_t{static_cast<std::uint32_t>(zone->direct->fd())} << 32);
   wire::Ctl offer = wire::make_ctl(wire::op_direct_offer, pid_fd, zone->direct->nonce(), me.boot_hash);
   offer.value = me.pidns;
-  offer.token = ~std::uint64_t{0};  // names no slot: an old peer's not_supported answer is ignored
+  offer.token = ~std::uint64_t{0};  // names no slot (handle_reply takes the answer by its op)
   // Injected like the goodbye: no slot, no completion. Lost (-EAGAIN): the
   // connection simply stays on the transport.
   if (conn->inject(&offer, sizeof offer, wire::data(wire::ctl_request)) != 0)
@@ -211,14 +232,38 @@ void EndpointImpl::offer_direct() noexcept {
 }
 
 void EndpointImpl::accept_direct_offer(const wire::Ctl& offer) {
+  if (direct_peer) return;  // one offer per connection
   if (!zone->direct) {
     direct_why_not = zone->direct_why_not;
-    return;
+  } else {
+    std::string why;
+    direct_peer = direct::Peer::get(offer.key & 0xffffffffu, offer.key >> 32, offer.addr, offer.len, offer.value, why);
+    direct_why_not = direct_peer ? std::string() : why;
   }
-  if (direct_peer) return;  // one offer per connection
-  std::string why;
-  direct_peer = direct::Peer::get(offer.key & 0xffffffffu, offer.key >> 32, offer.addr, offer.len, offer.value, why);
-  direct_why_not = direct_peer ? std::string() : why;
+  // The answer: 0 when taken (the offerer asks this side to drop its
+  // mappings of each region it deregisters: ask_revoke), not_supported when
+  // not (it never asks).
+  wire::Ctl rep = offer;
+  rep.status = direct_peer ? 0 : static_cast<std::uint16_t>(Errc::not_supported);
+  pending_replies.push_back(rep);
+  flush_replies();
+}
+
+std::uint64_t EndpointImpl::ask_revoke() {
+  MutexLock lock(mu);
+  if (!conn || closed || state != EndpointState::connected || (offer_answered && !peer_maps_regions)) return 0;
+  wire::Ctl req = wire::make_ctl(wire::op_direct_revoke, 0, 0, 0);
+  req.token = revokes_sent + 1;
+  std::shared_lock<std::shared_mutex> transport(zone->transport_mu);
+  // Injected, no slot. Not taken (the provider's queue is full): not asked;
+  // the peer drops the mapping at its next miss or when the connection ends.
+  if (conn->inject(&req, sizeof req, wire::data(wire::ctl_request)) != 0) return 0;
+  return ++revokes_sent;
+}
+
+bool EndpointImpl::revoke_answered(std::uint64_t serial) {
+  MutexLock lock(mu);
+  return !conn || closed || state != EndpointState::connected || revokes_answered >= serial;
 }
 
 void EndpointImpl::say_goodbye() noexcept {

@@ -62,9 +62,16 @@ inline std::uint64_t ack_count(std::uint64_t d) { return d & kAckCountMask; }
 // op_direct_offer (same-host direct path): key = the sender's pid (low 32
 // bits) and its region table's fd number in its process (high 32), addr =
 // the table's nonce, len = a hash of its boot id, value = its pid-namespace
-// inode. Not answered (a peer that does not know the op answers
-// not_supported, which matches no slot and is ignored).
-enum CtlOp : std::uint8_t { op_atomic_write = 1, op_flush = 2, op_bye = 3, op_direct_offer = 4 };
+// inode. Its token names no slot. A peer that took the offer (mapped the
+// table) answers it with status 0, so the offerer knows it has a peer that
+// may map its regions; a peer that does not know the op answers
+// not_supported, and one that could not take it does not answer.
+//
+// op_direct_revoke (same-host direct path): the sender deregistered a region
+// the receiver may have mapped from its table; the receiver drops every
+// mapping whose table entry changed and answers status 0. token = the
+// sender's count of revocations sent on this connection; no other field.
+enum CtlOp : std::uint8_t { op_atomic_write = 1, op_flush = 2, op_bye = 3, op_direct_offer = 4, op_direct_revoke = 5 };
 struct Ctl {
   std::uint32_t magic;
   std::uint8_t op;
