@@ -515,7 +515,12 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// (op_direct_revoke): the request's serial, or 0 when nothing was asked
   /// (not connected, the peer maps nothing of this zone, the transport did
   /// not take the request).
-  std::uint64_t ask_revoke() REMORA_EXCLUDES(mu);
+  std::uint64_t ask_revoke(std::uint8_t what) REMORA_EXCLUDES(mu);
+  /// Before this side ends a connected connection on purpose (close,
+  /// disconnect): a peer that may map this zone's regions lets go of this
+  /// zone's table for it (op_direct_revoke, kRevokeConnection), and this
+  /// waits for its answer (bounded as ZoneImpl::revoke_at_peers).
+  void release_at_peer() noexcept REMORA_EXCLUDES(mu);
   /// The peer answered revocation `serial`, or the connection is over.
   bool revoke_answered(std::uint64_t serial) REMORA_EXCLUDES(mu);
   /// Place `s` (a write without immediate data, or a read) by the direct
@@ -551,6 +556,12 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
 };
 
 /// The zone's progress engine (docs/design.md, "The target agent").
+/// Wait (at most 1 s) until the peers answered the op_direct_revoke
+/// requests asked (EndpointImpl::ask_revoke's serials), or their
+/// connections ended; `asked` keeps those that did not.
+void wait_revoked(std::vector<std::pair<std::shared_ptr<EndpointImpl>, std::uint64_t>>& asked) noexcept;
+void wait_revoked(EndpointImpl& ep, std::uint64_t serial) noexcept;
+
 class Agent : public std::enable_shared_from_this<Agent> {
  public:
   Agent(ZoneImpl* zone, bool busy_poll);

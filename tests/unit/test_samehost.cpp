@@ -917,12 +917,34 @@ TEST_F(SameHost, AnEndedConnectionLeavesNothingOfThePeerMapped) {
   ASSERT_TRUE(direct_ready(p->tep)) << why_not(p->tep);
   const std::size_t tables = memfd_mappings("remora-regions").size();
   EXPECT_EQ(tables, 4u);
+  // Closed by the target: the initiator lets go before the target's close
+  // returns (it is asked, and answers), not when it sees the disconnection.
   p->tep.close();
-  EXPECT_EQ(MUST(p->iep.next_event(kWait)).type, ConnectionEventType::disconnected);
   EXPECT_FALSE(direct_ready(p->iep, 0ms));
   EXPECT_EQ(memfd_mappings("remora-region").size(), 1u) << "the initiator still maps the target's region";
   // Neither side maps the other's table any more (each keeps its own).
   EXPECT_EQ(memfd_mappings("remora-regions").size(), tables - 2);
+  EXPECT_EQ(MUST(p->iep.next_event(kWait)).type, ConnectionEventType::disconnected);
+}
+
+TEST_F(SameHost, ADisconnectingTargetIsUnmappedAtTheInitiatorBeforeDisconnectReturns) {
+  auto mr = MUST(p->tz.allocate(4096, Access::all));
+  Segment s(p->lmr, 0, 8);
+  ASSERT_OK(p->iep.write({&s, 1}, MUST(mr.remote()), 0, 1));
+  ASSERT_EQ(collect(p->icq, 1).size(), 1u);
+  ASSERT_EQ(mapped_ops(p->iep), 1u);
+  EXPECT_EQ(memfd_mappings("remora-region").size(), 2u);
+  const std::uint64_t asked = revokes_sent(p->tep);
+  ASSERT_OK(p->tep.disconnect());
+  {
+    // Asked, and answered before disconnect returned.
+    detail::MutexLock lock(p->tep.impl()->mu);
+    EXPECT_EQ(p->tep.impl()->revokes_sent, asked + 1);
+    EXPECT_EQ(p->tep.impl()->revokes_answered, asked + 1);
+  }
+  EXPECT_FALSE(direct_ready(p->iep, 0ms));
+  EXPECT_EQ(memfd_mappings("remora-region").size(), 1u) << "the initiator still maps the target's region";
+  EXPECT_EQ(MUST(p->iep.next_event(kWait)).type, ConnectionEventType::disconnected);
 }
 
 // Deregistering a region from ProtectionZone::allocate takes its pages from

@@ -544,6 +544,7 @@ void EndpointImpl::on_cm_event(backend::CmEvent& ev, std::uint64_t gen) {
 EndpointImpl::~EndpointImpl() { close(); }
 
 void EndpointImpl::close() noexcept {
+  release_at_peer();  // while still connected
   {
     MutexLock lock(mu);
     if (closed) return;

@@ -160,6 +160,7 @@ Result<void> Endpoint::disconnect() {
   if (!impl_) return Errc::invalid_handle;
   auto* ep = impl_.get();
   ep->settle_accept();
+  ep->release_at_peer();  // while still connected
   detail::MutexLock lock(ep->mu);
   if (ep->closed) return Errc::invalid_handle;
   const EndpointState st = ep->state;

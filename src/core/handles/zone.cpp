@@ -35,21 +35,38 @@ void ZoneImpl::release_shared_file(int fd) noexcept {
 void ZoneImpl::revoke_at_peers() noexcept {
   std::vector<std::pair<std::shared_ptr<EndpointImpl>, std::uint64_t>> asked;
   for (auto& ep : agent->live_endpoints())
-    if (const std::uint64_t serial = ep->ask_revoke(); serial != 0) asked.emplace_back(std::move(ep), serial);
+    if (const std::uint64_t serial = ep->ask_revoke(wire::kRevokeRegions); serial != 0)
+      asked.emplace_back(std::move(ep), serial);
   if (asked.empty() || !agent->serves_others()) return;
   agent->wake();
-  // Same bound as Table::remove's wait: a peer that is stopped, or whose
-  // zone makes no progress, is not waited for longer. It still drops the
-  // mapping at its next miss or when the connection ends.
+  wait_revoked(asked);
+}
+
+namespace {
+// Same bound as Table::remove's wait: a peer that is stopped, or whose zone
+// makes no progress, is not waited for longer. It still drops the mappings
+// at its next miss or when the connection ends.
+template <typename Done>
+void wait_bounded(Done done) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  for (int spins = 0;; ++spins) {
-    std::erase_if(asked, [](const auto& a) { return a.first->revoke_answered(a.second); });
-    if (asked.empty() || std::chrono::steady_clock::now() >= deadline) return;
+  for (int spins = 0; !done() && std::chrono::steady_clock::now() < deadline; ++spins) {
     if (spins < 64)
       std::this_thread::yield();
     else
       std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+}
+}  // namespace
+
+void wait_revoked(std::vector<std::pair<std::shared_ptr<EndpointImpl>, std::uint64_t>>& asked) noexcept {
+  wait_bounded([&] {
+    std::erase_if(asked, [](const auto& a) { return a.first->revoke_answered(a.second); });
+    return asked.empty();
+  });
+}
+
+void wait_revoked(EndpointImpl& ep, std::uint64_t serial) noexcept {
+  wait_bounded([&] { return ep.revoke_answered(serial); });
 }
 
 std::uint64_t ZoneImpl::random_key() {

@@ -84,10 +84,15 @@ void EndpointImpl::handle_request(const wire::Ctl& req) {
   }
   if (req.op == wire::op_direct_offer) return accept_direct_offer(req);
   if (req.op == wire::op_direct_revoke) {
-    // The peer deregistered a region this side may have mapped: the mapping
-    // goes now (the peer waits for this answer before its deregistration
-    // returns).
-    if (direct_peer) direct_peer->drop_revoked();
+    // The peer deregistered a region this side may have mapped, or is
+    // closing the connection: the mappings go now (the peer waits for this
+    // answer before its deregistration or close returns).
+    if (req.flush_type == wire::kRevokeConnection) {
+      if (direct_peer) direct_why_not = "the peer closed the connection";
+      direct_peer.reset();
+    } else if (direct_peer) {
+      direct_peer->drop_revoked();
+    }
     wire::Ctl rep = req;
     rep.status = 0;
     pending_replies.push_back(rep);
@@ -249,16 +254,24 @@ void EndpointImpl::accept_direct_offer(const wire::Ctl& offer) {
   flush_replies();
 }
 
-std::uint64_t EndpointImpl::ask_revoke() {
+std::uint64_t EndpointImpl::ask_revoke(std::uint8_t what) {
   MutexLock lock(mu);
   if (!conn || closed || state != EndpointState::connected || (offer_answered && !peer_maps_regions)) return 0;
   wire::Ctl req = wire::make_ctl(wire::op_direct_revoke, 0, 0, 0);
+  req.flush_type = what;
   req.token = revokes_sent + 1;
   std::shared_lock<std::shared_mutex> transport(zone->transport_mu);
   // Injected, no slot. Not taken (the provider's queue is full): not asked;
   // the peer drops the mapping at its next miss or when the connection ends.
   if (conn->inject(&req, sizeof req, wire::data(wire::ctl_request)) != 0) return 0;
   return ++revokes_sent;
+}
+
+void EndpointImpl::release_at_peer() noexcept {
+  const std::uint64_t serial = ask_revoke(wire::kRevokeConnection);
+  if (serial == 0 || !zone->agent->serves_others()) return;
+  zone->agent->wake();
+  wait_revoked(*this, serial);
 }
 
 bool EndpointImpl::revoke_answered(std::uint64_t serial) {

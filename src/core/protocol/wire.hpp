@@ -67,11 +67,16 @@ inline std::uint64_t ack_count(std::uint64_t d) { return d & kAckCountMask; }
 // may map its regions; a peer that does not know the op answers
 // not_supported, and one that could not take it does not answer.
 //
-// op_direct_revoke (same-host direct path): the sender deregistered a region
-// the receiver may have mapped from its table; the receiver drops every
-// mapping whose table entry changed and answers status 0. token = the
-// sender's count of revocations sent on this connection; no other field.
+// op_direct_revoke (same-host direct path), answered with status 0 and the
+// same token, the sender's count of revocations sent on this connection.
+// flush_type kRevokeRegions: the sender deregistered a region the receiver
+// may have mapped from its table; the receiver drops every mapping whose
+// table entry changed. kRevokeConnection: the sender is closing the
+// connection; the receiver lets go of the sender's table for it (the last
+// connection towards that table to do so unmaps the table and every region
+// mapped from it). No other field.
 enum CtlOp : std::uint8_t { op_atomic_write = 1, op_flush = 2, op_bye = 3, op_direct_offer = 4, op_direct_revoke = 5 };
+constexpr std::uint8_t kRevokeRegions = 0, kRevokeConnection = 1;
 struct Ctl {
   std::uint32_t magic;
   std::uint8_t op;
