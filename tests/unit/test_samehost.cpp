@@ -857,6 +857,34 @@ TEST(SameHostRevoke, APeerThatDidNotTakeTheOfferIsNotAsked) {
   auto mr = MUST(tz.allocate(4096, Access::all));
   mr.close();
   EXPECT_EQ(revokes_sent(tep), 0u);
+  ASSERT_OK(tep.disconnect());
+  EXPECT_EQ(revokes_sent(tep), 0u);
+}
+
+// A zone with the path off offers nothing, so its peer maps nothing of it:
+// closing its connections asks nothing either.
+TEST(SameHostRevoke, AZoneWithThePathOffNeverAsks) {
+  ::setenv("REMORA_SAMEHOST", "0", 1);
+  auto fabric = MUST(Fabric::open({}));
+  auto tz = MUST(fabric.create_zone());
+  ::setenv("REMORA_SAMEHOST", "1", 1);
+  auto iz = MUST(fabric.create_zone());
+  ::unsetenv("REMORA_SAMEHOST");
+  auto tcq = MUST(tz.create_cq());
+  auto icq = MUST(iz.create_cq());
+  auto lis = MUST(tz.listen("127.0.0.1", 0));
+  EndpointOptions to, io;
+  to.send_cq = &tcq;
+  io.send_cq = &icq;
+  auto tep = MUST(tz.create_endpoint(to));
+  auto iep = MUST(iz.create_endpoint(io));
+  ASSERT_OK(iep.connect("127.0.0.1", lis.port()));
+  auto req = MUST(lis.next_request(kWait));
+  ASSERT_OK(req.accept(tep));
+  ASSERT_EQ(MUST(iep.next_event(kWait)).type, ConnectionEventType::established);
+  ASSERT_EQ(MUST(tep.next_event(kWait)).type, ConnectionEventType::established);
+  ASSERT_OK(tep.disconnect());
+  EXPECT_EQ(revokes_sent(tep), 0u);
 }
 
 // Every connection towards one peer zone shares one mapping of its table,

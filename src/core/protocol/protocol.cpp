@@ -232,8 +232,11 @@ void EndpointImpl::offer_direct() noexcept {
   offer.token = ~std::uint64_t{0};  // names no slot (handle_reply takes the answer by its op)
   // Injected like the goodbye: no slot, no completion. Lost (-EAGAIN): the
   // connection simply stays on the transport.
-  if (conn->inject(&offer, sizeof offer, wire::data(wire::ctl_request)) != 0)
+  if (conn->inject(&offer, sizeof offer, wire::data(wire::ctl_request)) != 0) {
     direct_why_not = "the offer could not be sent";
+    offer_answered = true;  // the peer cannot map this zone's table: never asked to revoke
+    peer_maps_regions = false;
+  }
 }
 
 void EndpointImpl::accept_direct_offer(const wire::Ctl& offer) {
@@ -256,7 +259,10 @@ void EndpointImpl::accept_direct_offer(const wire::Ctl& offer) {
 
 std::uint64_t EndpointImpl::ask_revoke(std::uint8_t what) {
   MutexLock lock(mu);
-  if (!conn || closed || state != EndpointState::connected || (offer_answered && !peer_maps_regions)) return 0;
+  // Nothing to ask of a peer that cannot map this zone's table: none was
+  // offered (the path is off here), or the peer said it did not take it.
+  if (!zone->direct || !conn || closed || state != EndpointState::connected || (offer_answered && !peer_maps_regions))
+    return 0;
   wire::Ctl req = wire::make_ctl(wire::op_direct_revoke, 0, 0, 0);
   req.flush_type = what;
   req.token = revokes_sent + 1;
