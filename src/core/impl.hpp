@@ -544,6 +544,11 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// transport confirms nothing is pending (its try-wait, which also
   /// re-arms the fd) and no acknowledgement or reply waits to be sent.
   bool ready_to_sleep() REMORA_EXCLUDES(mu);
+  /// ready_to_sleep() for an endpoint on a shared transport queue, but for
+  /// the queue's own try-wait, which the caller makes once for all the
+  /// endpoints on it (SharedQueue::try_wait): nothing kept for the
+  /// connection or owed by it, no acknowledgement or reply waiting.
+  bool quiet_but_queue() REMORA_EXCLUDES(mu);
   void on_cm_event(backend::CmEvent& ev) REMORA_EXCLUDES(mu);
   void push_event(ConnectionEvent ev);
   void drop_connection() noexcept REMORA_EXCLUDES(mu);

@@ -217,6 +217,8 @@ class OfiQueue final : public SharedQueue {
   // poll() of connection `c`: its inbox, refilled from the queue when empty.
   int poll_for(OfiConnection* c, std::span<CqEntry> out);
   bool try_wait_for(OfiConnection* c);
+  // No entry kept for `c` (try_wait_for without the transport's try-wait).
+  bool kept_nothing_for(OfiConnection* c);
 
  private:
   bool trywait_locked() noexcept {
@@ -373,6 +375,7 @@ class OfiConnection final : public Connection {
 
   int wait_fd() const noexcept override { return queue_->wait_fd(); }
   bool try_wait() noexcept override { return notes_.empty() && queue_->try_wait_for(this); }
+  bool quiet() noexcept override { return notes_.empty() && queue_->kept_nothing_for(this); }
   const void* cm_id() const noexcept override { return &ep_->fid; }
 
   void* owner() const noexcept { return owner_.load(std::memory_order_relaxed); }
@@ -496,6 +499,11 @@ bool OfiQueue::try_wait_for(OfiConnection* c) {
   // were told); this connection may sleep when it has none and the
   // transport confirms nothing is pending.
   return c->inbox.empty() && trywait_locked();
+}
+
+bool OfiQueue::kept_nothing_for(OfiConnection* c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return c->inbox.empty();
 }
 
 void OfiQueue::leave(OfiConnection* c) {

@@ -481,6 +481,13 @@ bool EndpointImpl::ready_to_sleep() {
   return conn->try_wait() && msgs_acked == msgs_handled && pending_replies.empty();
 }
 
+bool EndpointImpl::quiet_but_queue() {
+  MutexLock lock(mu);
+  if (!conn) return true;
+  std::shared_lock<std::shared_mutex> transport(zone->transport_mu);
+  return conn->quiet() && msgs_acked == msgs_handled && pending_replies.empty();
+}
+
 void EndpointImpl::push_event(ConnectionEvent ev) {
   {
     std::lock_guard<std::mutex> lock(ev_mu);
