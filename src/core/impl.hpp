@@ -18,6 +18,7 @@
 #include <tuple>
 #include <type_traits>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -202,8 +203,39 @@ struct CqImpl {
   std::deque<Completion> queue;
   Signal signal;
   std::atomic<bool> fd_in_use{false};  // written under mu
-  std::mutex sources_mu;
-  std::vector<std::weak_ptr<EndpointImpl>> sources;
+
+  // The endpoints feeding this queue whose connection is up, kept by
+  // attach() and detach() (EndpointImpl::watch_queues, when a connection is
+  // set up and dropped) rather than collected on every drive: drive() and
+  // arm() read each distinct shared transport queue once and then visit
+  // only the endpoints that read reported, those that said they owe work
+  // (note_owing) and those with a transport queue of their own. With
+  // thousands of connections on a few shared queues, a poll no longer costs
+  // anything per idle connection.
+  struct Source {
+    std::weak_ptr<EndpointImpl> ep;
+    backend::SharedQueue* queue = nullptr;  // null: the connection has its own transport queue
+    int refs = 0;                           // 2 when this is both its send and its receive queue
+    bool owing = false;                     // listed in `owing`
+  };
+  Mutex sources_mu;  // a leaf
+  std::unordered_map<const EndpointImpl*, Source> sources REMORA_GUARDED_BY(sources_mu);
+  // The distinct shared transport queues of `sources`, with how many
+  // sources are on each.
+  std::unordered_map<backend::SharedQueue*, std::size_t> shared_queues REMORA_GUARDED_BY(sources_mu);
+  // The sources with a transport queue of their own (progressed by every
+  // drive, as they cannot be read in a batch).
+  std::unordered_set<const EndpointImpl*> own_queue REMORA_GUARDED_BY(sources_mu);
+  // Sources whose progress() left work only another progress() does
+  // (EndpointImpl::owes_work): drive() takes them.
+  std::vector<const EndpointImpl*> owing REMORA_GUARDED_BY(sources_mu);
+  /// `ep`'s connection, on shared transport queue `q` (null: its own), feeds
+  /// this queue. Once per attachment (twice when it is both send and receive
+  /// queue), matched by detach().
+  void attach(const std::shared_ptr<EndpointImpl>& ep, backend::SharedQueue* q) REMORA_EXCLUDES(sources_mu);
+  void detach(const EndpointImpl& ep) REMORA_EXCLUDES(sources_mu);
+  /// `ep` owes work (its owes_work was just set): the next drive progresses it.
+  void note_owing(const EndpointImpl& ep) REMORA_EXCLUDES(sources_mu);
 
   // The descriptor a waiter sleeps on (CompletionQueue::fd(), wait()): an
   // epoll set of the queue's eventfd and the transport wait fds of the
@@ -213,7 +245,9 @@ struct CqImpl {
   // wake-up instead of two. Made on first use.
   Mutex watch_mu;
   int epfd REMORA_GUARDED_BY(watch_mu) = -1;
-  std::vector<int> transport_fds REMORA_GUARDED_BY(watch_mu);  // one entry per feeding connection
+  // The transport fds of the feeding connections, each with how many of
+  // them use it (the connections on one shared queue have one fd).
+  std::unordered_map<int, std::size_t> transport_fds REMORA_GUARDED_BY(watch_mu);
   /// A connection feeding this queue: its transport fd joins the set.
   void watch(int fd);
   /// The connection is going away: its fd leaves the set.
@@ -232,11 +266,14 @@ struct CqImpl {
 
   void push(Completion c);
   std::size_t take(std::span<Completion> out);
-  /// Progress the endpoints feeding this queue on the calling thread.
-  void drive();
-  /// Before a thread sleeps on wait_fd(): ready_to_sleep() of every
-  /// endpoint feeding the queue (false: something is pending, do not sleep).
-  bool arm();
+  /// Progress the endpoints feeding this queue that have something to do,
+  /// on the calling thread.
+  void drive() REMORA_EXCLUDES(sources_mu);
+  /// Before a thread sleeps on wait_fd(): false when something is pending
+  /// for an endpoint feeding the queue (entries read from a shared transport
+  /// queue, work owed, ready_to_sleep() false for one with its own transport
+  /// queue, or a transport queue that cannot be slept on): do not sleep.
+  bool arm() REMORA_EXCLUDES(sources_mu);
   /// A user thread is polling: leave the endpoints to it for a short while
   /// (not when the queue's descriptor is in use: such a user sleeps on it
   /// between polls, and the agent keeps driving).
@@ -460,6 +497,12 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   // operation the transport could not take yet).
   std::atomic<backend::SharedQueue*> shared_queue{nullptr};
   std::atomic<bool> owes_work{false};
+  // Calls of progress() that found a connection (tests look at it: an idle
+  // connection on a shared queue is not progressed by polls or sweeps).
+  std::atomic<std::uint64_t> progress_calls{0};
+  /// Store owes_work; when true, the endpoint's completion queues list it
+  /// (CqImpl::note_owing), so their drive need not look at every endpoint.
+  void set_owes_work(bool v) REMORA_REQUIRES(mu);
 
   // Connection events.
   std::mutex ev_mu;
@@ -529,9 +572,11 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// Handle every completion the transport already has.
   void drain() REMORA_REQUIRES(mu);
   void repost(RxSlot& rxs) REMORA_REQUIRES(mu);
-  /// The connection's transport fd joins (on) or leaves the epoll sets of
-  /// the endpoint's completion queues (CqImpl::watch).
-  void watch_queues(int fd, bool on);
+  /// The connection (transport fd `fd`, shared transport queue `q` or
+  /// null) starts (on) or stops feeding the endpoint's completion queues:
+  /// its fd joins or leaves their epoll sets (CqImpl::watch), the endpoint
+  /// their sources (CqImpl::attach).
+  void watch_queues(int fd, backend::SharedQueue* q, bool on);
   /// Connecting or accepting failed right after setup_connection: the
   /// connection is dropped, and the agent and the queues forget its fd.
   void abandon_connection() REMORA_REQUIRES(mu);
@@ -542,6 +587,11 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// transport confirms nothing is pending (its try-wait, which also
   /// re-arms the fd) and no acknowledgement or reply waits to be sent.
   bool ready_to_sleep() REMORA_EXCLUDES(mu);
+  /// ready_to_sleep() for an endpoint on a shared transport queue, but for
+  /// the queue's own try-wait, which the caller makes once for all the
+  /// endpoints on it (SharedQueue::try_wait): nothing kept for the
+  /// connection or owed by it, no acknowledgement or reply waiting.
+  bool quiet_but_queue() REMORA_EXCLUDES(mu);
   void on_cm_event(backend::CmEvent& ev, std::uint64_t gen) REMORA_EXCLUDES(mu);
   void push_event(ConnectionEvent ev);
   void drop_connection() noexcept REMORA_EXCLUDES(mu);

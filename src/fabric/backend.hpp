@@ -137,6 +137,12 @@ class Connection {
   virtual int wait_fd() const noexcept = 0;
   /// True when it is safe to sleep on wait_fd() (nothing pending).
   virtual bool try_wait() noexcept = 0;
+  /// For a connection on a shared queue: try_wait() but for the queue's own
+  /// SharedQueue::try_wait() (nothing is kept for this connection and it
+  /// owes the transport no call). A caller with many connections on one
+  /// queue asks each this and the queue once. Without a shared queue, the
+  /// same as try_wait().
+  virtual bool quiet() noexcept { return try_wait(); }
   /// Identity used by connection-management events. A later connection may
   /// get the same identity once this one is destroyed; destroying it
   /// discards its events still queued in the domain (as fi_close does), so

@@ -22,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <unordered_set>
 
 #include "fabric/backend.hpp"
 #include "fabric/mem_backend.hpp"
@@ -217,6 +218,13 @@ class OfiQueue final : public SharedQueue {
   // poll() of connection `c`: its inbox, refilled from the queue when empty.
   int poll_for(OfiConnection* c, std::span<CqEntry> out);
   bool try_wait_for(OfiConnection* c);
+  // No entry kept for `c` (try_wait_for without the transport's try-wait).
+  bool kept_nothing_for(OfiConnection* c);
+  // `c` owes the transport a note: pump() reports it.
+  void mark_waiting(OfiConnection* c) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (members_.count(c) != 0) waiting_.insert(c);
+  }
 
  private:
   bool trywait_locked() noexcept {
@@ -237,7 +245,11 @@ class OfiQueue final : public SharedQueue {
   int fd_ = -1;
   std::mutex mu_;
   std::set<OfiConnection*> members_;  // under mu_
-  std::uint64_t read_in_pass_ = 0;    // under mu_: the ProgressPass that last read the queue
+  // The members with entries in their inbox or notes owed (a superset: one
+  // that has neither any more leaves at its next poll or pump), so that a
+  // pump costs what is waiting, not the number of members.
+  std::unordered_set<OfiConnection*> waiting_;  // under mu_
+  std::uint64_t read_in_pass_ = 0;              // under mu_: the ProgressPass that last read the queue
 };
 
 class OfiConnection final : public Connection {
@@ -373,6 +385,7 @@ class OfiConnection final : public Connection {
 
   int wait_fd() const noexcept override { return queue_->wait_fd(); }
   bool try_wait() noexcept override { return notes_.empty() && queue_->try_wait_for(this); }
+  bool quiet() noexcept override { return notes_.empty() && queue_->kept_nothing_for(this); }
   const void* cm_id() const noexcept override { return &ep_->fid; }
 
   void* owner() const noexcept { return owner_.load(std::memory_order_relaxed); }
@@ -389,7 +402,8 @@ class OfiConnection final : public Connection {
       std::uint8_t len[8];
       for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(notes_.front().length >> (8 * i));
       if (fi_injectdata(ep_, len, sizeof len, notes_.front().data, 0) != 0) {
-        has_notes_.store(true, std::memory_order_relaxed);
+        // Owed: the queue's pump reports this connection until poll() sends it.
+        if (!has_notes_.exchange(true, std::memory_order_relaxed)) queue_->mark_waiting(this);
         return false;
       }
       notes_.pop_front();
@@ -421,6 +435,7 @@ void OfiQueue::route(const CqEntry& e, void* op_context, OfiConnection* self, st
   if (c == nullptr || members_.count(c) == 0) return;
   const bool was_empty = c->inbox.empty();
   c->inbox.push_back(e);
+  if (was_empty) waiting_.insert(c);
   if (was_empty && c != self && c->owner() != nullptr) ready.push_back(c->owner());
 }
 
@@ -459,8 +474,15 @@ int OfiQueue::pump(std::vector<void*>& ready) {
     if (rc < 16) break;
   }
   read_in_pass_ = ProgressPass::current();
-  for (OfiConnection* c : members_)
-    if ((!c->inbox.empty() || c->owes_notes()) && c->owner() != nullptr) ready.push_back(c->owner());
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    OfiConnection* c = *it;
+    if (c->inbox.empty() && !c->owes_notes()) {
+      it = waiting_.erase(it);
+      continue;
+    }
+    if (c->owner() != nullptr) ready.push_back(c->owner());
+    ++it;
+  }
   return total;
 }
 
@@ -484,6 +506,8 @@ int OfiQueue::poll_for(OfiConnection* c, std::span<CqEntry> out) {
       out[n++] = c->inbox.front();
       c->inbox.pop_front();
     }
+    // (poll() sent the notes it could before this.)
+    if (c->inbox.empty() && !c->owes_notes()) waiting_.erase(c);
   }
   notify(others);
   if (n == 0 && err < 0) return err;
@@ -498,6 +522,11 @@ bool OfiQueue::try_wait_for(OfiConnection* c) {
   return c->inbox.empty() && trywait_locked();
 }
 
+bool OfiQueue::kept_nothing_for(OfiConnection* c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return c->inbox.empty();
+}
+
 void OfiQueue::leave(OfiConnection* c) {
   std::vector<void*> others;
   {
@@ -505,6 +534,7 @@ void OfiQueue::leave(OfiConnection* c) {
     while (read_locked(c, others) > 0) {
     }
     c->inbox.clear();
+    waiting_.erase(c);
     members_.erase(c);
   }
   notify(others);

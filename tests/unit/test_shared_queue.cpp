@@ -4,10 +4,13 @@
 // connections of the same queue come and go.
 #include <dirent.h>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
+#include "core/impl.hpp"
 #include "unit_support.hpp"
 
 namespace {
@@ -165,6 +168,78 @@ TEST_F(SharedQueue, ClosingSomeConnectionsLeavesTheOthersServed) {
     ASSERT_TRUE(i >= 0 && i < kConns);
     EXPECT_EQ(c.endpoint_id, iep[i].id());
   }
+}
+
+// A completion queue keeps the endpoints feeding it as their connections
+// come and go (CqImpl::attach, detach), with the distinct shared transport
+// queues they are on: a poll reads those and visits no idle endpoint.
+TEST_F(SharedQueue, AQueueKnowsItsEndpointsAndTheirTransportQueues) {
+  connect_all();
+  ASSERT_FALSE(HasFatalFailure());
+  auto sources = [](const CompletionQueue& cq) {
+    auto& impl = *cq.impl();
+    detail::MutexLock lock(impl.sources_mu);
+    return std::make_tuple(impl.sources.size(), impl.shared_queues.size(), impl.own_queue.size());
+  };
+  for (const CompletionQueue* cq : {&tcq, &icq}) {
+    const auto [eps, queues, own] = sources(*cq);
+    EXPECT_EQ(eps, static_cast<std::size_t>(kConns));
+    // 64 connections to a transport queue by default: kConns share one.
+    EXPECT_GE(queues, 1u);
+    EXPECT_LT(queues, static_cast<std::size_t>(kConns));
+    EXPECT_EQ(own, 0u);
+  }
+  for (int i = 0; i < kConns; ++i) {
+    tep[i].close();
+    iep[i].close();
+  }
+  for (const CompletionQueue* cq : {&tcq, &icq}) {
+    const auto [eps, queues, own] = sources(*cq);
+    EXPECT_EQ(eps, 0u);
+    EXPECT_EQ(queues, 0u);
+    EXPECT_EQ(own, 0u);
+  }
+}
+
+// Idle connections on a shared transport queue cost nothing per connection:
+// neither the agent's periodic sweeps (about every 100 ms when it is idle)
+// nor a user's polls of their completion queue progress them. (Before, every
+// sweep progressed every endpoint nobody else drove, and asked the transport
+// of each whether it could sleep.)
+TEST_F(SharedQueue, IdleConnectionsAreNotProgressed) {
+  connect_all();
+  ASSERT_FALSE(HasFatalFailure());
+  // Some traffic on every connection first, then quiet.
+  for (int i = 0; i < kConns; ++i) {
+    Segment s(lmr, i * kChunk, kChunk);
+    ASSERT_OK(iep[i].write({&s, 1}, rr, i * kChunk, 2 * i));
+    ASSERT_OK(iep[i].flush(rr, i * kChunk, kChunk, FlushType::visibility, 2 * i + 1));
+  }
+  auto got = collect(icq, 2 * kConns);
+  ASSERT_EQ(got.size(), 2u * kConns) << describe(got);
+  for (const auto& c : got) EXPECT_FALSE(c.status) << describe(c);
+  // Let the acknowledgements and the agents' last turns pass.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto calls = [&] {
+    std::vector<std::uint64_t> v;
+    for (int i = 0; i < kConns; ++i) {
+      v.push_back(tep[i].impl()->progress_calls.load());
+      v.push_back(iep[i].impl()->progress_calls.load());
+    }
+    return v;
+  };
+  const auto before = calls();
+  // Several sweeps of both zones' agents, then many empty polls.
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  Completion c[4];
+  for (int i = 0; i < 200; ++i) {
+    EXPECT_EQ(tcq.poll(c), 0u);
+    EXPECT_EQ(icq.poll(c), 0u);
+  }
+  const auto after = calls();
+  for (std::size_t i = 0; i < before.size(); ++i)
+    EXPECT_LE(after[i] - before[i], 2u) << (i % 2 ? "initiator" : "target") << " endpoint " << i / 2
+                                        << " was progressed while idle";
 }
 
 }  // namespace

@@ -332,7 +332,7 @@ void Agent::run() {
   std::vector<const EndpointImpl*> taken;
   // Shared transport queues whose fd woke the agent, or that could not be
   // slept on after the last turn: read (pumped) at the start of the next.
-  std::vector<backend::SharedQueue*> queues_to_pump, pumped;
+  std::vector<backend::SharedQueue*> queues_to_pump, pumped, to_try;
   std::vector<void*> ready;
   std::unordered_set<backend::SharedQueue*> queue_undriven;  // queues with an undriven endpoint, per turn
   constexpr auto kSweep = std::chrono::milliseconds(100);
@@ -369,6 +369,15 @@ void Agent::run() {
     const auto now_tp = std::chrono::steady_clock::now();
     if (busy_ || now_tp >= next_sweep) sweep = true;
     eps.clear();
+    if (sweep) {
+      // A sweep reads every shared queue that some endpoint on it leaves to
+      // the agent (all_driven: as judged at the previous sweep), and then
+      // progresses only the endpoints on shared queues that the read
+      // reported or that owe work: nothing per idle connection but a look.
+      MutexLock lock(mu_);
+      for (auto& [q, wq] : queues_)
+        if (!wq.all_driven) queues_to_pump.push_back(q);
+    }
     // Shared queues first: what they hold goes to its connections, and the
     // connections that got something are looked at this turn.
     pumped.clear();
@@ -420,9 +429,13 @@ void Agent::run() {
         if (w.queue != nullptr && !driven) queue_undriven.insert(w.queue);
         user_driven |= driven;
         // Work no descriptor announces any more is the agent's even then.
-        if (!driven || p->owes_work.load(std::memory_order_relaxed) ||
-            std::binary_search(taken.begin(), taken.end(), raw))
-          eps.push_back(p);
+        const bool has_work =
+            p->owes_work.load(std::memory_order_relaxed) || std::binary_search(taken.begin(), taken.end(), raw);
+        // In a sweep, an endpoint on a shared queue the read did not report
+        // has nothing waiting in the transport (the queue was read this
+        // turn, or users drive every endpoint on it).
+        const bool idle_shared = swept && w.queue != nullptr;
+        if (has_work || (!driven && !idle_shared)) eps.push_back(p);
         held.push_back(std::move(p));
       };
       swept = sweep;
@@ -440,7 +453,11 @@ void Agent::run() {
         sweep = false;
         next_sweep = now_tp + (user_driven ? kSweepDriven : kSweep);
         for (auto& [q, wq] : queues_) {
+          const bool was_all_driven = wq.all_driven;
           wq.all_driven = queue_undriven.count(q) == 0;
+          // Given back to the agent since the last sweep: not read this
+          // turn, so read at the next (before any sleep).
+          if (was_all_driven && !wq.all_driven) queues_to_pump.push_back(q);
           if (wq.armed == wq.all_driven) set_queue_armed(q, wq, !wq.all_driven);
         }
         queue_undriven.clear();
@@ -505,21 +522,31 @@ void Agent::run() {
       std::shared_lock<std::shared_mutex> transport(zone_->transport_mu);
       can_sleep = zone_->domain->cm_try_wait();
     }
+    // An endpoint on a shared queue is asked only about itself; the queue's
+    // try-wait (which re-arms its fd) is made once for all of them.
+    to_try.assign(pumped.begin(), pumped.end());
     for (auto& ep : eps) {
-      if (!ep->ready_to_sleep()) {
+      auto* q = ep->shared_queue.load(std::memory_order_relaxed);
+      if (q != nullptr) to_try.push_back(q);
+      if (!(q != nullptr ? ep->quiet_but_queue() : ep->ready_to_sleep())) {
         can_sleep = false;
         hot.push_back(ep.get());
       }
     }
-    if (!pumped.empty()) {
+    if (!to_try.empty()) {
+      std::sort(to_try.begin(), to_try.end());
+      to_try.erase(std::unique(to_try.begin(), to_try.end()), to_try.end());
       std::shared_lock<std::shared_mutex> transport(zone_->transport_mu);
-      for (auto* q : pumped) {
+      for (auto* q : to_try) {
         if (!q->try_wait()) {
           can_sleep = false;
           queues_to_pump.push_back(q);
         }
       }
     }
+    // A queue that must be read (one a sweep gave back to the agent): not
+    // after a sleep.
+    if (!queues_to_pump.empty()) can_sleep = false;
     eps.clear();  // never keep an endpoint alive while asleep
     if (!can_sleep) continue;
     epoll_event out[64];

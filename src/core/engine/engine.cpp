@@ -68,22 +68,32 @@ Result<void> EndpointImpl::setup_connection(const std::shared_ptr<void>& request
     zone->cm_endpoints[conn->cm_id()] = ZoneImpl::CmOwner{weak_from_this(), ++conn_gen};
   }
   zone->agent->add(shared_from_this(), conn->wait_fd(), conn->shared_queue());
-  watch_queues(conn->wait_fd(), true);
+  watch_queues(conn->wait_fd(), conn->shared_queue(), true);
   return {};
 }
 
-void EndpointImpl::watch_queues(int fd, bool on) {
+void EndpointImpl::watch_queues(int fd, backend::SharedQueue* q, bool on) {
   for (CqImpl* cq : {send_cq.get(), recv_cq.get()}) {
-    if (on)
+    if (on) {
       cq->watch(fd);
-    else
+      cq->attach(shared_from_this(), q);
+    } else {
       cq->unwatch(fd);
+      cq->detach(*this);
+    }
   }
+}
+
+void EndpointImpl::set_owes_work(bool v) {
+  owes_work.store(v, std::memory_order_relaxed);
+  if (!v) return;
+  send_cq->note_owing(*this);
+  if (recv_cq != send_cq) recv_cq->note_owing(*this);
 }
 
 void EndpointImpl::abandon_connection() {
   zone->agent->remove(this, conn->wait_fd(), conn->shared_queue());
-  watch_queues(conn->wait_fd(), false);
+  watch_queues(conn->wait_fd(), conn->shared_queue(), false);
   conn.reset();
 }
 
@@ -137,7 +147,7 @@ Result<void> EndpointImpl::post(const Operation& op, std::uint64_t cookie, PostF
   if (ep->zone->check) ep->zone->check->on_post(*ep, s, op);  // remora-check (docs/check.md)
   ep->order.push_back(*idx);
   if (auto r = ep->submit(*idx); !r) return r;
-  if (!ep->deferred.empty()) ep->owes_work.store(true, std::memory_order_relaxed);
+  if (!ep->deferred.empty()) ep->set_owes_work(true);
   // Recorded only for a write the engine accepted: a flush may complete
   // locally behind it (Endpoint::flush), never behind a refused one.
   if (op.kind == OpSlot::Kind::write) {
@@ -444,6 +454,7 @@ void EndpointImpl::drain() {
 int EndpointImpl::progress() {
   MutexLock lock(mu);
   if (!conn || closed) return 0;
+  progress_calls.fetch_add(1, std::memory_order_relaxed);
   std::shared_lock<std::shared_mutex> transport(zone->transport_mu);
   int total = 0;
   backend::CqEntry entries[16];
@@ -459,8 +470,7 @@ int EndpointImpl::progress() {
     flush_replies();
     pump_deferred();
   }
-  owes_work.store(conn && (msgs_acked != msgs_handled || !pending_replies.empty() || !deferred.empty()),
-                  std::memory_order_relaxed);
+  set_owes_work(conn && (msgs_acked != msgs_handled || !pending_replies.empty() || !deferred.empty()));
   return total;
 }
 
@@ -471,6 +481,13 @@ bool EndpointImpl::ready_to_sleep() {
   // An acknowledgement or reply the transport could not take yet is
   // retried rather than left until after a sleep.
   return conn->try_wait() && msgs_acked == msgs_handled && pending_replies.empty();
+}
+
+bool EndpointImpl::quiet_but_queue() {
+  MutexLock lock(mu);
+  if (!conn) return true;
+  std::shared_lock<std::shared_mutex> transport(zone->transport_mu);
+  return conn->quiet() && msgs_acked == msgs_handled && pending_replies.empty();
 }
 
 void EndpointImpl::push_event(ConnectionEvent ev) {
@@ -582,7 +599,7 @@ void EndpointImpl::drop_connection() noexcept {
   }
   if (c) {
     zone->agent->remove(this, c->wait_fd(), c->shared_queue());
-    watch_queues(c->wait_fd(), false);
+    watch_queues(c->wait_fd(), c->shared_queue(), false);
     {
       MutexLock lock(zone->cm_mu);
       zone->cm_endpoints.erase(c->cm_id());

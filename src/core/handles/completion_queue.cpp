@@ -60,20 +60,18 @@ void epoll_add(int epfd, int fd) {
 void CqImpl::watch(int fd) {
   if (fd < 0) return;  // a busy-polling zone: nothing to sleep on
   MutexLock lock(watch_mu);
-  // The send and receive queue of a connection may be this one queue.
-  const bool present = std::find(transport_fds.begin(), transport_fds.end(), fd) != transport_fds.end();
-  transport_fds.push_back(fd);
-  if (epfd >= 0 && !present) epoll_add(epfd, fd);
+  // The connections of a shared transport queue have one fd.
+  if (transport_fds[fd]++ == 0 && epfd >= 0) epoll_add(epfd, fd);
 }
 
 void CqImpl::unwatch(int fd) {
   if (fd < 0) return;
   MutexLock lock(watch_mu);
-  auto it = std::find(transport_fds.begin(), transport_fds.end(), fd);
+  auto it = transport_fds.find(fd);
   if (it == transport_fds.end()) return;
+  if (--it->second > 0) return;
   transport_fds.erase(it);
-  const bool still = std::find(transport_fds.begin(), transport_fds.end(), fd) != transport_fds.end();
-  if (epfd >= 0 && !still) (void)epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+  if (epfd >= 0) (void)epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
 }
 
 int CqImpl::wait_fd() {
@@ -92,104 +90,159 @@ int CqImpl::wait_fd() {
   const int ep = epoll_create1(EPOLL_CLOEXEC);
   if (ep < 0) return -1;
   epoll_add(ep, ev);
-  std::vector<int> added;
-  for (int fd : transport_fds) {
-    if (std::find(added.begin(), added.end(), fd) != added.end()) continue;
-    epoll_add(ep, fd);
-    added.push_back(fd);
-  }
+  for (const auto& [fd, users] : transport_fds) epoll_add(ep, fd);
   epfd = ep;
   return epfd;
 }
 
-namespace {
-// The endpoints feeding `cq`, in the calling thread's reused list (called on
-// every empty poll of a spinning user: no allocation each time). The caller
-// empties it before returning so it keeps no endpoint alive.
-std::vector<std::shared_ptr<EndpointImpl>>& live_sources(CqImpl& cq) {
-  thread_local std::vector<std::shared_ptr<EndpointImpl>> eps;
-  eps.clear();
-  std::lock_guard<std::mutex> lock(cq.sources_mu);
-  std::erase_if(cq.sources, [](const auto& w) { return w.expired(); });
-  for (auto& w : cq.sources)
-    if (auto p = w.lock()) eps.push_back(std::move(p));
-  return eps;
+void CqImpl::attach(const std::shared_ptr<EndpointImpl>& ep, backend::SharedQueue* q) {
+  MutexLock lock(sources_mu);
+  Source& s = sources[ep.get()];
+  if (s.refs++ > 0) return;  // this is its send and its receive queue
+  s.ep = ep;
+  s.queue = q;
+  if (q != nullptr)
+    ++shared_queues[q];
+  else
+    own_queue.insert(ep.get());
+  // Work it owed before (a connection dropped and set up again): the next
+  // drive looks.
+  if (ep->owes_work.load(std::memory_order_relaxed)) {
+    s.owing = true;
+    owing.push_back(ep.get());
+  }
 }
-}  // namespace
+
+void CqImpl::detach(const EndpointImpl& ep) {
+  MutexLock lock(sources_mu);
+  auto it = sources.find(&ep);
+  if (it == sources.end() || --it->second.refs > 0) return;
+  if (auto* q = it->second.queue) {
+    if (auto qi = shared_queues.find(q); qi != shared_queues.end() && --qi->second == 0) shared_queues.erase(qi);
+  } else {
+    own_queue.erase(&ep);
+  }
+  if (it->second.owing) std::erase(owing, &ep);
+  sources.erase(it);
+}
+
+void CqImpl::note_owing(const EndpointImpl& ep) {
+  MutexLock lock(sources_mu);
+  auto it = sources.find(&ep);
+  if (it == sources.end() || it->second.owing) return;
+  it->second.owing = true;
+  owing.push_back(&ep);
+}
 
 namespace {
-// The shared transport queues of `eps` (each once), read now: `ready` gets
-// the endpoints that have entries waiting there, sorted.
-void read_shared_queues(CqImpl& cq, const std::vector<std::shared_ptr<EndpointImpl>>& eps, std::vector<void*>& ready) {
-  thread_local std::vector<backend::SharedQueue*> queues;
-  queues.clear();
-  ready.clear();
-  for (auto& ep : eps)
-    if (auto* q = ep->shared_queue.load(std::memory_order_relaxed)) queues.push_back(q);
-  if (queues.empty()) return;
-  std::sort(queues.begin(), queues.end());
-  queues.erase(std::unique(queues.begin(), queues.end()), queues.end());
-  {
-    std::shared_lock<std::shared_mutex> transport(cq.zone->transport_mu);
-    for (auto* q : queues) (void)q->pump(ready);
-  }
-  std::sort(ready.begin(), ready.end());
-  // Entries kept for endpoints that feed other queues: the read took them
-  // out of the transport, so its fd no longer wakes whoever drives those;
-  // the agent progresses them.
-  if (ready.empty()) return;
-  thread_local std::vector<const void*> ours;
-  ours.clear();
-  for (auto& ep : eps) ours.push_back(ep.get());
-  std::sort(ours.begin(), ours.end());
-  for (void* o : ready)
-    if (!std::binary_search(ours.begin(), ours.end(), static_cast<const void*>(o)))
-      cq.zone->agent->look_at(static_cast<const EndpointImpl*>(o));
+// What a drive or an arm works with, in the calling thread's reused lists
+// (called on every empty poll of a spinning user: no allocation each time).
+// The caller empties `eps` before returning so it keeps no endpoint alive.
+struct DriveLists {
+  std::vector<backend::SharedQueue*> queues;
+  std::vector<void*> ready;  // owners the read of the queues reported
+  std::vector<const EndpointImpl*> others;
+  std::vector<std::shared_ptr<EndpointImpl>> eps;
+};
+DriveLists& drive_lists() {
+  thread_local DriveLists l;
+  l.queues.clear();
+  l.ready.clear();
+  l.others.clear();
+  l.eps.clear();
+  return l;
 }
-bool has_work(const EndpointImpl& ep, const std::vector<void*>& ready) {
-  return ep.owes_work.load(std::memory_order_relaxed) ||
-         std::binary_search(ready.begin(), ready.end(), static_cast<const void*>(&ep));
+
+// Read each shared transport queue of `cq` once; `l.ready` gets the owners
+// of the connections with entries kept for them (or notes owed).
+void read_shared_queues(CqImpl& cq, DriveLists& l) {
+  if (l.queues.empty()) return;
+  std::shared_lock<std::shared_mutex> transport(cq.zone->transport_mu);
+  for (auto* q : l.queues) (void)q->pump(l.ready);
+}
+
+// Entries kept for endpoints that feed other queues: the read took them out
+// of the transport, so its fd no longer wakes whoever drives those; the
+// agent progresses them.
+void hand_to_agent(CqImpl& cq, const std::vector<const EndpointImpl*>& others) {
+  for (const EndpointImpl* o : others) cq.zone->agent->look_at(o);
 }
 }  // namespace
 
 void CqImpl::drive() {
   backend::ProgressPass pass;  // each shared transport queue is read once
-  auto& eps = live_sources(*this);
+  DriveLists& l = drive_lists();
+  {
+    MutexLock lock(sources_mu);
+    for (const auto& [q, users] : shared_queues) l.queues.push_back(q);
+    // Endpoints with a transport queue of their own are each polled.
+    for (const EndpointImpl* raw : own_queue)
+      if (auto p = sources.find(raw)->second.ep.lock()) l.eps.push_back(std::move(p));
+  }
   // Endpoints on shared transport queues are progressed only when the read
   // of their queue left them something or they owe work: with thousands of
-  // connections feeding one queue, a poll no longer costs a progress call
-  // (a lock and a provider call) per connection.
-  thread_local std::vector<void*> ready;
-  read_shared_queues(*this, eps, ready);
-  for (auto& ep : eps)
-    if (ep->shared_queue.load(std::memory_order_relaxed) == nullptr || has_work(*ep, ready)) ep->progress();
-  eps.clear();
+  // connections feeding one queue, a poll costs one read per shared queue,
+  // nothing per idle connection.
+  read_shared_queues(*this, l);
+  {
+    MutexLock lock(sources_mu);
+    for (void* o : l.ready) {
+      auto it = sources.find(static_cast<const EndpointImpl*>(o));
+      if (it == sources.end()) {
+        l.others.push_back(static_cast<const EndpointImpl*>(o));
+        continue;
+      }
+      if (auto p = it->second.ep.lock()) l.eps.push_back(std::move(p));
+    }
+    for (const EndpointImpl* raw : owing) {
+      auto it = sources.find(raw);
+      if (it == sources.end()) continue;
+      // Unlisted before its progress: if that leaves work again, progress
+      // lists it again (EndpointImpl::set_owes_work).
+      it->second.owing = false;
+      if (auto p = it->second.ep.lock()) l.eps.push_back(std::move(p));
+    }
+    owing.clear();
+  }
+  hand_to_agent(*this, l.others);
+  std::sort(l.eps.begin(), l.eps.end());
+  l.eps.erase(std::unique(l.eps.begin(), l.eps.end()), l.eps.end());
+  for (auto& ep : l.eps) ep->progress();
+  l.eps.clear();
 }
 
 bool CqImpl::arm() {
-  auto& eps = live_sources(*this);
-  thread_local std::vector<void*> ready;
-  read_shared_queues(*this, eps, ready);
+  DriveLists& l = drive_lists();
   bool ok = true;
-  thread_local std::vector<backend::SharedQueue*> queues;
-  queues.clear();
-  for (auto& ep : eps) {
-    if (auto* q = ep->shared_queue.load(std::memory_order_relaxed)) {
-      // Something waiting for it: drive again rather than sleep.
-      if (has_work(*ep, ready)) ok = false;
-      queues.push_back(q);
-    } else {
-      ok = ep->ready_to_sleep() && ok;
+  {
+    MutexLock lock(sources_mu);
+    for (const auto& [q, users] : shared_queues) l.queues.push_back(q);
+    for (const EndpointImpl* raw : own_queue)
+      if (auto p = sources.find(raw)->second.ep.lock()) l.eps.push_back(std::move(p));
+    // Work owed: drive again rather than sleep. (A listed endpoint is in
+    // `sources`, whose entry detach() erases before the endpoint is gone.)
+    for (const EndpointImpl* raw : owing)
+      if (raw->owes_work.load(std::memory_order_relaxed)) ok = false;
+  }
+  read_shared_queues(*this, l);
+  {
+    MutexLock lock(sources_mu);
+    for (void* o : l.ready) {
+      // Something waiting for one of ours: drive again rather than sleep.
+      if (sources.count(static_cast<const EndpointImpl*>(o)) != 0)
+        ok = false;
+      else
+        l.others.push_back(static_cast<const EndpointImpl*>(o));
     }
   }
-  std::sort(queues.begin(), queues.end());
-  queues.erase(std::unique(queues.begin(), queues.end()), queues.end());
-  if (!queues.empty()) {
+  hand_to_agent(*this, l.others);
+  for (auto& ep : l.eps) ok = ep->ready_to_sleep() && ok;
+  if (!l.queues.empty()) {
     // The queue's try-wait re-arms its fd (the same for all its connections).
     std::shared_lock<std::shared_mutex> transport(zone->transport_mu);
-    for (auto* q : queues) ok = q->try_wait() && ok;
+    for (auto* q : l.queues) ok = q->try_wait() && ok;
   }
-  eps.clear();
+  l.eps.clear();
   return ok;
 }
 

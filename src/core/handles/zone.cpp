@@ -350,10 +350,8 @@ Result<Endpoint> ProtectionZone::create_endpoint(const EndpointOptions& o) {
     if (ep->srq->zone != impl_) return Errc::zone_mismatch;
   }
   if (ep->send_cq->zone != impl_ || ep->recv_cq->zone != impl_) return Errc::zone_mismatch;
-  for (auto* cq : {ep->send_cq.get(), ep->recv_cq.get()}) {
-    std::lock_guard<std::mutex> lock(cq->sources_mu);
-    cq->sources.push_back(ep);
-  }
+  // The queues list the endpoint once its connection is set up
+  // (EndpointImpl::watch_queues): until then it has nothing to progress.
   return Endpoint(std::move(ep));
 }
 
