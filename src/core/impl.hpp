@@ -513,6 +513,8 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// State check, slot, submit: the one entry of a posted operation (takes
   /// mu). In the disconnected/error states it is reported at once as flushed.
   Result<void> post(const Operation& op, std::uint64_t cookie, PostFlags flags) REMORA_EXCLUDES(mu);
+  /// post() once: invalid_state while connect_pending.
+  Result<void> post_once(const Operation& op, std::uint64_t cookie, PostFlags flags) REMORA_EXCLUDES(mu);
 
   // Called with mu held.
   Result<void> setup_connection(const std::shared_ptr<void>& request) REMORA_REQUIRES(mu);
@@ -602,6 +604,11 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// disconnect call this first: it handles the queued events on the
   /// caller's thread. Never from inside the agent's event handling.
   void settle_accept() noexcept REMORA_EXCLUDES(mu);
+  /// The same for either side of a connection still connect_pending, on
+  /// a post: a message may have arrived and been reported already (the
+  /// transport is connected) while the `connected` event still waits in the
+  /// zone's queue. True when events were handled (post again).
+  bool settle_pending() noexcept REMORA_EXCLUDES(mu);
   void close() noexcept REMORA_EXCLUDES(mu);
 };
 

@@ -892,3 +892,70 @@ TEST_F(Engine, AConnectionEventReadBeforeAResetIsNotAppliedToTheNextConnection) 
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(Engine, AnEndpointThatReceivedBeforeItsConnectedEventWasHandledCanSend) {
+  // The initiator sends as soon as it is established; the target's engine
+  // can report that message (its queue's poll progresses the endpoint)
+  // before the zone handles the target's own `connected` event. A program
+  // that answers the message at once (an echo server) must be able to post
+  // then: the post handles the zone's queued events first.
+  const std::string name = fresh_network_name();
+  auto net = mem::network(name);
+  FabricOptions fo;
+  fo.provider = mem::kProvider;
+  fo.address = name;
+  auto fabric = MUST(Fabric::open(fo));
+  auto tz = MUST(fabric.create_zone(manual()));
+  auto iz = MUST(fabric.create_zone(manual()));
+  auto tcq = MUST(tz.create_cq());
+  auto icq = MUST(iz.create_cq());
+  std::vector<std::uint8_t> tmem(256, 0), imem(256, 0);
+  std::fill(imem.begin(), imem.begin() + 64, std::uint8_t{0x6B});
+  auto tmr = MUST(tz.register_memory(tmem.data(), tmem.size(), kLocal));
+  auto imr = MUST(iz.register_memory(imem.data(), imem.size(), kLocal));
+  auto lis = MUST(tz.listen(name, 0));
+  EndpointOptions to, io;
+  to.send_cq = &tcq;
+  io.send_cq = &icq;
+  auto tep = MUST(tz.create_endpoint(to));
+  auto iep = MUST(iz.create_endpoint(io));
+  ASSERT_OK(iep.connect(name, lis.port()));
+  MUST(tz.progress());  // the request reaches the listener
+  auto req = MUST(lis.next_request(0ms));
+  Segment r(tmr, 0, 64);
+  ASSERT_OK(tep.recv({&r, 1}, 1));
+  ASSERT_OK(req.accept(tep));
+  MUST(iz.progress());  // the initiator is established and sends at once
+  World::expect_event(iep, ConnectionEventType::established);
+  Segment s(imr, 0, 64);
+  ASSERT_OK(iep.send({&s, 1}, 2));
+  // The target's queue progresses its endpoint: the message is reported,
+  // the zone's `connected` event is still queued.
+  Completion c[4];
+  std::size_t n = 0;
+  for (int i = 0; i < 100 && n == 0; ++i) {
+    tcq.progress();
+    n = tcq.poll(c);
+  }
+  ASSERT_EQ(n, 1u);
+  EXPECT_EQ(c[0].op, Opcode::recv);
+  EXPECT_FALSE(c[0].status) << describe(c[0]);
+  ASSERT_EQ(tep.state(), EndpointState::connect_pending) << "the test needs the event still queued";
+  // The answer.
+  Segment a(tmr, 0, 64);
+  ASSERT_OK(tep.send({&a, 1}, 3));
+  EXPECT_EQ(tep.state(), EndpointState::connected);
+  World::expect_event(tep, ConnectionEventType::established);
+  Segment back(imr, 128, 64);
+  ASSERT_OK(iep.recv({&back, 1}, 4));
+  for (int i = 0; i < 100; ++i)
+    if (MUST(tz.progress()) + MUST(iz.progress()) == 0) break;
+  n = icq.poll(c);
+  ASSERT_EQ(n, 2u) << "the send's completion and the answer's receive";
+  EXPECT_EQ(imem[128], 0x6B);
+  EXPECT_EQ(imem[191], 0x6B);
+}
+
+}  // namespace

@@ -104,6 +104,17 @@ void EndpointImpl::repost(RxSlot& s) {
 }
 
 Result<void> EndpointImpl::post(const Operation& op, std::uint64_t cookie, PostFlags flags) {
+  auto r = post_once(op, cookie, flags);
+  // Refused as not connected: the connection may be up at the transport
+  // with its `connected` event still queued (a peer that sends as soon as
+  // it is established can have its message reported here first, and a
+  // program answering it posts at once): the queued events are handled,
+  // then the post is tried once more.
+  if (!r && r.error() == make_error_code(Errc::invalid_state) && settle_pending()) return post_once(op, cookie, flags);
+  return r;
+}
+
+Result<void> EndpointImpl::post_once(const Operation& op, std::uint64_t cookie, PostFlags flags) {
   EndpointImpl* ep = this;
   MutexLock lock(ep->mu);
   if (ep->closed) return Errc::invalid_handle;
@@ -569,6 +580,16 @@ void EndpointImpl::close() noexcept {
   }
   drop_connection();
   if (zone->check) zone->check->on_endpoint_close(*this);
+}
+
+bool EndpointImpl::settle_pending() noexcept {
+  bool pending = false;
+  {
+    MutexLock lock(mu);
+    pending = conn && !closed && state == EndpointState::connect_pending;
+  }
+  if (pending) zone->agent->dispatch_cm();
+  return pending;
 }
 
 void EndpointImpl::settle_accept() noexcept {
