@@ -818,29 +818,44 @@ TEST_F(SameHost, DeregisteringAFileRegionUnmapsItAtThePeerBeforeItReturns) {
   ::unlink(path);
 }
 
+/// A connected pair whose target and initiator zones have the same-host
+/// path on or off each (REMORA_SAMEHOST, read when a zone is created).
+struct MixedPair {
+  MixedPair(bool target_direct, bool initiator_direct) {
+    ::setenv("REMORA_SAMEHOST", target_direct ? "1" : "0", 1);
+    tz = MUST(fabric.create_zone());
+    ::setenv("REMORA_SAMEHOST", initiator_direct ? "1" : "0", 1);
+    iz = MUST(fabric.create_zone());
+    ::unsetenv("REMORA_SAMEHOST");
+    tcq = MUST(tz.create_cq());
+    icq = MUST(iz.create_cq());
+    lis = MUST(tz.listen("127.0.0.1", 0));
+    EndpointOptions to, io;
+    to.send_cq = &tcq;
+    io.send_cq = &icq;
+    tep = MUST(tz.create_endpoint(to));
+    iep = MUST(iz.create_endpoint(io));
+    MUST(iep.connect("127.0.0.1", lis.port()));
+    auto req = MUST(lis.next_request(kWait));
+    MUST(req.accept(tep));
+    if (MUST(iep.next_event(kWait)).type != ConnectionEventType::established ||
+        MUST(tep.next_event(kWait)).type != ConnectionEventType::established)
+      throw std::runtime_error("the pair did not connect");
+  }
+  Fabric fabric = MUST(Fabric::open({}));
+  ProtectionZone tz, iz;
+  CompletionQueue tcq, icq;
+  Listener lis;
+  Endpoint tep, iep;
+};
+
 // Only a peer that took the zone's offer (it maps the zone's table) is asked
 // to revoke: a deregistration towards a peer whose path is off costs no
 // message and no wait.
 TEST(SameHostRevoke, APeerThatDidNotTakeTheOfferIsNotAsked) {
-  ::setenv("REMORA_SAMEHOST", "1", 1);
-  auto fabric = MUST(Fabric::open({}));
-  auto tz = MUST(fabric.create_zone());
-  ::setenv("REMORA_SAMEHOST", "0", 1);
-  auto iz = MUST(fabric.create_zone());
-  ::unsetenv("REMORA_SAMEHOST");
-  auto tcq = MUST(tz.create_cq());
-  auto icq = MUST(iz.create_cq());
-  auto lis = MUST(tz.listen("127.0.0.1", 0));
-  EndpointOptions to, io;
-  to.send_cq = &tcq;
-  io.send_cq = &icq;
-  auto tep = MUST(tz.create_endpoint(to));
-  auto iep = MUST(iz.create_endpoint(io));
-  ASSERT_OK(iep.connect("127.0.0.1", lis.port()));
-  auto req = MUST(lis.next_request(kWait));
-  ASSERT_OK(req.accept(tep));
-  ASSERT_EQ(MUST(iep.next_event(kWait)).type, ConnectionEventType::established);
-  ASSERT_EQ(MUST(tep.next_event(kWait)).type, ConnectionEventType::established);
+  MixedPair p(true, false);
+  auto& tz = p.tz;
+  auto& tep = p.tep;
   {
     // Answered "not taken" (wait for the answer, then look).
     const auto until = std::chrono::steady_clock::now() + kWait;
@@ -864,25 +879,8 @@ TEST(SameHostRevoke, APeerThatDidNotTakeTheOfferIsNotAsked) {
 // A zone with the path off offers nothing, so its peer maps nothing of it:
 // closing its connections asks nothing either.
 TEST(SameHostRevoke, AZoneWithThePathOffNeverAsks) {
-  ::setenv("REMORA_SAMEHOST", "0", 1);
-  auto fabric = MUST(Fabric::open({}));
-  auto tz = MUST(fabric.create_zone());
-  ::setenv("REMORA_SAMEHOST", "1", 1);
-  auto iz = MUST(fabric.create_zone());
-  ::unsetenv("REMORA_SAMEHOST");
-  auto tcq = MUST(tz.create_cq());
-  auto icq = MUST(iz.create_cq());
-  auto lis = MUST(tz.listen("127.0.0.1", 0));
-  EndpointOptions to, io;
-  to.send_cq = &tcq;
-  io.send_cq = &icq;
-  auto tep = MUST(tz.create_endpoint(to));
-  auto iep = MUST(iz.create_endpoint(io));
-  ASSERT_OK(iep.connect("127.0.0.1", lis.port()));
-  auto req = MUST(lis.next_request(kWait));
-  ASSERT_OK(req.accept(tep));
-  ASSERT_EQ(MUST(iep.next_event(kWait)).type, ConnectionEventType::established);
-  ASSERT_EQ(MUST(tep.next_event(kWait)).type, ConnectionEventType::established);
+  MixedPair p(false, true);
+  auto& tep = p.tep;
   ASSERT_OK(tep.disconnect());
   EXPECT_EQ(revokes_sent(tep), 0u);
 }
