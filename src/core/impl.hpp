@@ -317,11 +317,18 @@ struct SlotBase {
 };
 static_assert(std::is_standard_layout_v<SlotBase>, "a context is read as a SlotBase through its header");
 
-/// One of a connection's receive buffers, posted to the transport. Small:
-/// an idle connection holds max_recv of them.
+/// One of a connection's receive buffers, posted to the transport. An idle
+/// connection holds kRxInitial of them; each message that arrives adds one
+/// more, up to max_recv (EndpointImpl::grow_rx).
 struct RxSlot : SlotBase {
   backend::Iov buf{};
 };
+
+/// Receive buffers a connection posts at set-up. The tcp provider keeps a
+/// message it has no posted receive for in the socket until one is posted
+/// (it is never dropped), so fewer only delay a burst's first messages; each
+/// costs the provider a transfer entry (about 460 bytes) and us an RxSlot.
+inline constexpr std::size_t kRxInitial = 8;
 
 /// One posted operation.
 struct OpSlot : SlotBase {
@@ -453,7 +460,10 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   std::uint32_t in_flight REMORA_GUARDED_BY(mu) = 0;         // posted to the transport, not yet completed
   std::deque<std::uint32_t> deferred REMORA_GUARDED_BY(mu);  // waiting behind a fence
   std::deque<std::uint32_t> order REMORA_GUARDED_BY(mu);     // every slot in use, in posting order
-  std::vector<RxSlot> rx REMORA_GUARDED_BY(mu);              // receive buffers
+  // Receive buffers, all posted: kRxInitial at first, one more per message
+  // received up to options.max_recv (grow_rx). A deque, so that growing
+  // never moves the contexts the transport holds.
+  std::deque<RxSlot> rx REMORA_GUARDED_BY(mu);
   LazyBuffer rx_memory REMORA_GUARDED_BY(mu);
   std::unique_ptr<backend::MemoryKey> rx_key REMORA_GUARDED_BY(mu);
 
@@ -574,6 +584,9 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// Handle every completion the transport already has.
   void drain() REMORA_REQUIRES(mu);
   void repost(RxSlot& rxs) REMORA_REQUIRES(mu);
+  // Posts one more receive buffer (the next of rx_memory's max_recv):
+  // 0, or the transport's error.
+  int post_rx() REMORA_REQUIRES(mu);
   /// The connection (transport fd `fd`, shared transport queue `q` or
   /// null) starts (on) or stops feeding the endpoint's completion queues:
   /// its fd joins or leaves their epoll sets (CqImpl::watch), the endpoint

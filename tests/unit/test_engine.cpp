@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <numeric>
 
 #include "core/impl.hpp"
 #include "fabric/mem_backend.hpp"
@@ -959,3 +960,66 @@ TEST_F(Engine, AnEndpointThatReceivedBeforeItsConnectedEventWasHandledCanSend) {
 }
 
 }  // namespace
+
+// An idle connection posts kRxInitial receive buffers, not max_recv: each
+// costs the provider a transfer entry. Every message received adds one, up
+// to max_recv; a burst larger than what is posted waits at the transport
+// (tcp keeps it in the socket, this transport queues it) and nothing is
+// lost or reordered.
+std::size_t posted_buffers(Endpoint& ep) {
+  auto& impl = *ep.impl();
+  detail::MutexLock lock(impl.mu);
+  return impl.rx.size();
+}
+
+TEST_F(Engine, AReceivingConnectionGrowsItsPostedBuffersToMaxRecvOneMessageAtATime) {
+  World w;
+  const std::size_t idle = posted_buffers(w.tep);
+  ASSERT_EQ(idle, detail::kRxInitial) << "an idle connection posts only the first few buffers";
+  ASSERT_EQ(posted_buffers(w.iep), detail::kRxInitial);
+  constexpr std::size_t kBurst = 3 * detail::kRxInitial;  // more than posted, fewer than max_outstanding
+  std::vector<std::uint8_t> in(kBurst, 0);
+  auto inr = MUST(w.tz.register_memory(in.data(), in.size(), kLocal));
+  for (std::size_t i = 0; i < kBurst; ++i) {
+    w.local_mem[i] = static_cast<std::uint8_t>(i + 1);
+    Segment s(w.lmr, i, 1);
+    ASSERT_OK(w.iep.send({&s, 1}, 100 + i));
+  }
+  w.settle();
+  EXPECT_EQ(posted_buffers(w.tep), idle + kBurst);
+  // Received in the order sent, although the receives are posted after.
+  for (std::size_t i = 0; i < kBurst; ++i) {
+    Segment r(inr, i, 1);
+    ASSERT_OK(w.tep.recv({&r, 1}, 200 + i));
+  }
+  auto got = w.take(w.tcq);
+  ASSERT_EQ(got.size(), kBurst) << describe(got);
+  for (std::size_t i = 0; i < kBurst; ++i) {
+    EXPECT_EQ(got[i].cookie, 200 + i) << describe(got[i]);
+    EXPECT_EQ(got[i].length, 1u);
+    EXPECT_EQ(in[i], i + 1) << "message " << i;
+  }
+  std::vector<std::uint64_t> sent(kBurst);
+  std::iota(sent.begin(), sent.end(), 100);
+  expect_cookies(w.take(w.icq), sent);
+  // It never grows past max_recv.
+  const std::size_t max_recv = EndpointOptions{}.max_recv;
+  for (std::size_t n = posted_buffers(w.tep); n < max_recv + kBurst; n += kBurst) {
+    for (std::size_t i = 0; i < kBurst; ++i) {
+      Segment r(inr, i, 1), s(w.lmr, i, 1);
+      ASSERT_OK(w.tep.recv({&r, 1}, 1));
+      ASSERT_OK(w.iep.send({&s, 1}, 2));
+    }
+    ASSERT_EQ(w.take(w.tcq).size(), kBurst);
+    ASSERT_EQ(w.take(w.icq).size(), kBurst);
+  }
+  EXPECT_EQ(posted_buffers(w.tep), max_recv);
+}
+
+TEST_F(Engine, AConnectionWithFewerReceivesThanTheFirstPostedPostsMaxRecv) {
+  EndpointOptions o;
+  o.max_recv = 2;
+  World w(o, o);
+  EXPECT_EQ(posted_buffers(w.tep), 2u);
+  EXPECT_EQ(posted_buffers(w.iep), 2u);
+}

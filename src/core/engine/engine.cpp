@@ -45,7 +45,7 @@ Result<void> EndpointImpl::setup_connection(const std::shared_ptr<void>& request
   auto key = zone->domain->register_memory(rx_memory.data(), rx_memory.size(), Access::local_write, zone->random_key());
   if (!key) return key.error();
   rx_key = std::move(*key);
-  rx = std::vector<RxSlot>(nrx);
+  rx.clear();
   msgs_posted = peer_handled = msgs_handled = msgs_acked = 0;
   unacked.clear();
   direct_peer.reset();
@@ -55,10 +55,8 @@ Result<void> EndpointImpl::setup_connection(const std::shared_ptr<void>& request
   conn = std::move(*c);
   conn->set_owner(this);  // identity in the shared queue's ready reports (Agent::look_at)
   shared_queue.store(conn->shared_queue(), std::memory_order_relaxed);
-  for (std::size_t i = 0; i < nrx; ++i) {
-    rx[i].kind = OpSlot::Kind::recv_buffer;
-    rx[i].buf = backend::Iov{rx_memory.data() + i * buf, buf, rx_key->desc()};
-    if (int rc = conn->recv(rx[i].buf.addr, buf, rx[i].buf.desc, &rx[i].hdr); rc) {
+  for (std::size_t i = 0; i < std::min(nrx, kRxInitial); ++i) {
+    if (int rc = post_rx(); rc) {
       conn.reset();
       return error_from_post(rc);
     }
@@ -95,6 +93,16 @@ void EndpointImpl::abandon_connection() {
   zone->agent->remove(this, conn->wait_fd(), conn->shared_queue());
   watch_queues(conn->wait_fd(), conn->shared_queue(), false);
   conn.reset();
+}
+
+int EndpointImpl::post_rx() {
+  const std::size_t buf = rx_memory.size() / options.max_recv;
+  RxSlot& s = rx.emplace_back();
+  s.kind = SlotBase::Kind::recv_buffer;
+  s.buf = backend::Iov{rx_memory.data() + (rx.size() - 1) * buf, buf, rx_key->desc()};
+  const int rc = conn->recv(s.buf.addr, s.buf.len, s.buf.desc, &s.hdr);
+  if (rc) rx.pop_back();
+  return rc;
 }
 
 void EndpointImpl::repost(RxSlot& s) {
@@ -428,7 +436,11 @@ void EndpointImpl::handle(const backend::CqEntry& e) {
     if (e.err != 0 || !live()) return;
     if (zone->check) zone->check->on_incoming(*this);
     handle_message(*s, e);
-    if (live()) repost(*s);
+    if (!live()) return;
+    repost(*s);
+    // A connection that receives grows its posted buffers towards max_recv,
+    // one per message (kRxInitial); a refusal means it is going away.
+    if (rx.size() < options.max_recv) (void)post_rx();
     return;
   }
   auto* s = static_cast<OpSlot*>(base);
