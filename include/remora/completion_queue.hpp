@@ -48,6 +48,13 @@ class CompletionQueue {
   /// (the transports' wait descriptors are re-armed): what a thread woken
   /// by fd() calls before deciding to sleep again.
   std::size_t progress();
+  /// Whether a completion can still come without anything more being
+  /// posted: one is queued, or an endpoint whose connection feeds the queue
+  /// has an operation in flight (this is its send queue) or a receive posted
+  /// (this is its receive queue; its shared receive queue's count too).
+  /// False means a wait for a completion would never end. A thread posting
+  /// at the same time can make the answer stale at once.
+  bool expecting() const;
 
   /// Held by a thread that sleeps on fd() (poll, epoll) and calls poll(),
   /// wait() or progress() each time it wakes. While one is held, the zone's

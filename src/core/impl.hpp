@@ -274,6 +274,11 @@ struct CqImpl {
   /// queue, work owed, ready_to_sleep() false for one with its own transport
   /// queue, or a transport queue that cannot be slept on): do not sleep.
   bool arm() REMORA_EXCLUDES(sources_mu);
+  /// CompletionQueue::expecting(): a completion is queued, or an endpoint
+  /// whose connection feeds the queue has an operation in flight (its send
+  /// queue) or a receive posted (its receive queue, or its shared receive
+  /// queue's).
+  bool expecting() REMORA_EXCLUDES(sources_mu);
   /// A user thread is polling: leave the endpoints to it for a short while
   /// (not when the queue's descriptor is in use: such a user sleeps on it
   /// between polls, and the agent keeps driving).

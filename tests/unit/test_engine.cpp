@@ -1023,3 +1023,36 @@ TEST_F(Engine, AConnectionWithFewerReceivesThanTheFirstPostedPostsMaxRecv) {
   EXPECT_EQ(posted_buffers(w.tep), 2u);
   EXPECT_EQ(posted_buffers(w.iep), 2u);
 }
+
+// CompletionQueue::expecting(): whether a completion can still come
+// without anything more being posted (the rpma face's blocking waits return
+// RPMA_E_NO_COMPLETION instead of waiting forever when it is false).
+TEST_F(Engine, AQueueExpectsACompletionOnlyWhileSomethingThatCanCompleteIsPosted) {
+  World w;
+  EXPECT_FALSE(w.icq.expecting());
+  EXPECT_FALSE(w.tcq.expecting());
+  // An operation in flight: its queue expects one, until it is taken.
+  w.net->hold(true);
+  Segment s(w.lmr, 0, 8);
+  ASSERT_OK(w.iep.write({&s, 1}, w.rr, 0, 1));
+  EXPECT_TRUE(w.icq.expecting());
+  EXPECT_FALSE(w.tcq.expecting()) << "a write makes no completion at the target";
+  w.net->hold(false);
+  w.net->deliver();
+  w.settle();
+  EXPECT_TRUE(w.icq.expecting()) << "queued, not taken yet";
+  expect_cookies(w.take(w.icq), {1});
+  EXPECT_FALSE(w.icq.expecting());
+  // A posted receive: the receiving side's queue expects one.
+  std::vector<std::uint8_t> in(8, 0);
+  auto inr = MUST(w.tz.register_memory(in.data(), in.size(), kLocal));
+  Segment r(inr, 0, 8);
+  ASSERT_OK(w.tep.recv({&r, 1}, 2));
+  EXPECT_TRUE(w.tcq.expecting());
+  EXPECT_FALSE(w.icq.expecting());
+  ASSERT_OK(w.iep.send({&s, 1}, 3));
+  expect_cookies(w.take(w.tcq), {2});
+  expect_cookies(w.take(w.icq), {3});
+  EXPECT_FALSE(w.tcq.expecting());
+  EXPECT_FALSE(w.icq.expecting());
+}

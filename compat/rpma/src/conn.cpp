@@ -408,6 +408,13 @@ int rpma_conn_wait(struct rpma_conn* conn, int flags, struct rpma_cq** cq, bool*
       return 0;
     }
     if (nonblocking) return RPMA_E_NO_COMPLETION;
+    // Nothing posted that could complete: the wait would never end. The
+    // descriptor also turns readable for a connection's other traffic (its
+    // set-up, the library's own messages), so a program that waits each
+    // time it is readable, before it has posted anything (librpma's
+    // 06scch example waits before the connection's ESTABLISHED event has
+    // been handled), is told there is no completion instead.
+    if (!conn->cq->cq.expecting() && !(conn->rcq && conn->rcq->cq.expecting())) return RPMA_E_NO_COMPLETION;
     wait_readable(conn->compl_fd, 50);
   }
 }
@@ -626,6 +633,7 @@ int rpma_cq_wait(struct rpma_cq* cq) {
     // has something; the completion it carries is made here, on this thread.
     if (cq->cq.progress() > 0) return 0;
     if (nonblocking) return RPMA_E_NO_COMPLETION;
+    if (!cq->cq.expecting()) return RPMA_E_NO_COMPLETION;  // as rpma_conn_wait
     wait_readable(cq->watch_fd, 50);
   }
 }

@@ -230,6 +230,12 @@ int main(void)
 	EXPECT_RC(rpma_conn_wait(NULL, 0, &wcq, &is_rcq), RPMA_E_INVAL);
 	EXPECT_RC(rpma_conn_wait(client, 0, NULL, &is_rcq), RPMA_E_INVAL);
 	EXPECT_RC(rpma_conn_wait(server, 0, &wcq, &is_rcq), RPMA_E_NOT_SHARED_CHNL);
+	/* Blocking, with nothing posted that could complete: the wait would
+	 * never end, so it says there is no completion (the alarm turns a hang
+	 * into a failure). */
+	alarm(30);
+	EXPECT_RC(rpma_conn_wait(client, 0, &wcq, &is_rcq), RPMA_E_NO_COMPLETION);
+	alarm(0);
 	set_nonblocking(cfd);
 	EXPECT_RC(rpma_conn_wait(client, 0, &wcq, &is_rcq), RPMA_E_NO_COMPLETION);
 

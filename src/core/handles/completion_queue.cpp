@@ -246,7 +246,44 @@ bool CqImpl::arm() {
   return ok;
 }
 
+bool CqImpl::expecting() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!queue.empty()) return true;
+  }
+  std::vector<std::shared_ptr<EndpointImpl>> eps;
+  {
+    MutexLock lock(sources_mu);
+    for (const auto& [raw, s] : sources)
+      if (auto p = s.ep.lock()) eps.push_back(std::move(p));
+  }
+  for (const auto& ep : eps) {
+    std::shared_ptr<SrqImpl> srq;
+    {
+      MutexLock lock(ep->mu);
+      // `order` holds every operation posted and not yet reported (in
+      // flight, behind a fence, or finished out of order).
+      if (ep->send_cq.get() == this && !ep->order.empty()) return true;
+      if (ep->recv_cq.get() != this) continue;
+      if (!ep->receives.posted.empty()) return true;
+      srq = ep->srq;
+    }
+    if (srq) {
+      std::lock_guard<std::mutex> lock(srq->mu);
+      if (!srq->queue.posted.empty()) return true;
+    }
+  }
+  // A completion made while the endpoints were looked at.
+  std::lock_guard<std::mutex> lock(mu);
+  return !queue.empty();
+}
+
 }  // namespace detail
+
+bool CompletionQueue::expecting() const {
+  if (!impl_) return false;
+  return impl_->expecting();
+}
 
 CompletionQueue::Sleeper::Sleeper(std::shared_ptr<detail::CqImpl> impl) : impl_(std::move(impl)) {
   if (impl_) impl_->sleepers.fetch_add(1, std::memory_order_relaxed);
