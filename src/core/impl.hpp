@@ -630,6 +630,13 @@ class Agent : public std::enable_shared_from_this<Agent> {
   void add(const std::shared_ptr<EndpointImpl>& ep, int fd, backend::SharedQueue* queue);
   void remove(EndpointImpl* ep, int fd, backend::SharedQueue* queue);
   void wake() noexcept;
+  /// The eventfd a same-host peer rings (published in the zone's region
+  /// table by Fabric::create_zone when the agent thread runs and does not
+  /// busy-poll); -1 if it could not be made.
+  int doorbell_fd() const noexcept { return doorbell_fd_; }
+  /// Doorbell rings the agent thread handled, and its sweeps (tests).
+  std::uint64_t doorbells() const noexcept { return doorbells_.load(std::memory_order_relaxed); }
+  std::uint64_t sweeps() const noexcept { return sweeps_.load(std::memory_order_relaxed); }
   /// Have the agent thread look at this endpoint on its next turn (its fd
   /// did not fire: work queued from another thread).
   void look_at(const EndpointImpl* ep);
@@ -685,7 +692,13 @@ class Agent : public std::enable_shared_from_this<Agent> {
   int epfd_ = -1;
   Signal wake_;
   int wake_fd_ = -1;  // wake_.fd(), made at construction
+  // Rung by same-host peers (direct::Peer::ring, through the zone's region
+  // table): read every transport queue and serve what is there, users'
+  // claims notwithstanding. Made at construction.
+  Signal doorbell_;
+  int doorbell_fd_ = -1;
   std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> doorbells_{0}, sweeps_{0};
   std::thread thread_;
   std::atomic<std::thread::id> thread_id_{};  // thread_'s, once it runs
   Mutex mu_;

@@ -104,6 +104,11 @@ std::unique_ptr<Table> Table::create(std::string& why) {
   return t;
 }
 
+void Table::set_doorbell(int fd) noexcept {
+  if (fd < 0) return;
+  header()->doorbell.store(kDoorbell | static_cast<std::uint32_t>(fd), std::memory_order_release);
+}
+
 Table::~Table() {
   if (map_ != nullptr) ::munmap(map_, kTableBytes);
   if (fd_ >= 0) ::close(fd_);
@@ -283,12 +288,35 @@ std::shared_ptr<Peer> Peer::open(std::uint64_t pid, std::uint64_t fd, std::uint6
     why = "the offered descriptor is not the peer's region table (nonce)";
     return nullptr;
   }
+  // The peer agent's doorbell, if its table names one (the table is the
+  // peer's own, as the nonce showed, so the number is the peer's word). Kept
+  // only if it is an eventfd; without it the connection works the same, and
+  // the peer answers revocations at its own pace.
+  if (const std::uint64_t bell = p->header()->doorbell.load(std::memory_order_acquire); (bell & kDoorbell) != 0) {
+    const int bfd = static_cast<int>(::syscall(SYS_pidfd_getfd, p->pidfd_, static_cast<int>(bell & 0x7fffffffu), 0));
+    if (bfd >= 0) {
+      char link[64] = {};
+      const std::string self = "/proc/self/fd/" + std::to_string(bfd);
+      const ssize_t n = ::readlink(self.c_str(), link, sizeof link - 1);
+      if (n > 0 && std::strcmp(link, "anon_inode:[eventfd]") == 0)
+        p->doorbell_ = bfd;
+      else
+        ::close(bfd);
+    }
+  }
   return p;
+}
+
+void Peer::ring() noexcept {
+  if (doorbell_ < 0) return;
+  const std::uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(doorbell_, &one, sizeof one);  // nonblocking (the owner made it so)
 }
 
 Peer::~Peer() {
   maps_.clear();  // each unmapped as its last holder lets go
   if (map_ != nullptr) ::munmap(map_, kTableBytes);
+  if (doorbell_ >= 0) ::close(doorbell_);
   if (pidfd_ >= 0) ::close(pidfd_);
 }
 

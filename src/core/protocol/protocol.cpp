@@ -270,6 +270,11 @@ std::uint64_t EndpointImpl::ask_revoke(std::uint8_t what) {
   // Injected, no slot. Not taken (the provider's queue is full): not asked;
   // the peer drops the mapping at its next miss or when the connection ends.
   if (conn->inject(&req, sizeof req, wire::data(wire::ctl_request)) != 0) return 0;
+  // The peer's user may drive this connection without polling now (it
+  // polled in the last millisecond, or holds a Sleeper while busy
+  // elsewhere): its agent would leave the request to that user until its
+  // claim expires. The peer's doorbell has the agent read the request now.
+  if (direct_peer) direct_peer->ring();
   return ++revokes_sent;
 }
 
