@@ -630,10 +630,10 @@ class Agent : public std::enable_shared_from_this<Agent> {
   void add(const std::shared_ptr<EndpointImpl>& ep, int fd, backend::SharedQueue* queue);
   void remove(EndpointImpl* ep, int fd, backend::SharedQueue* queue);
   void wake() noexcept;
-  /// The eventfd a same-host peer rings (published in the zone's region
-  /// table by Fabric::create_zone when the agent thread runs and does not
-  /// busy-poll); -1 if it could not be made.
-  int doorbell_fd() const noexcept { return doorbell_fd_; }
+  /// The eventfd a same-host peer rings, made and watched now (before
+  /// start(): Fabric::create_zone publishes it in the zone's region table
+  /// when the agent thread runs and does not busy-poll); -1 if it cannot be.
+  int open_doorbell();
   /// Doorbell rings the agent thread handled, and its sweeps (tests).
   std::uint64_t doorbells() const noexcept { return doorbells_.load(std::memory_order_relaxed); }
   std::uint64_t sweeps() const noexcept { return sweeps_.load(std::memory_order_relaxed); }
@@ -694,7 +694,8 @@ class Agent : public std::enable_shared_from_this<Agent> {
   int wake_fd_ = -1;  // wake_.fd(), made at construction
   // Rung by same-host peers (direct::Peer::ring, through the zone's region
   // table): read every transport queue and serve what is there, users'
-  // claims notwithstanding. Made at construction.
+  // claims notwithstanding. Made by open_doorbell, only in zones with the
+  // same-host path.
   Signal doorbell_;
   int doorbell_fd_ = -1;
   std::atomic<bool> stop_{false};

@@ -60,11 +60,18 @@ Agent::Agent(ZoneImpl* zone, bool busy_poll) : zone_(zone), busy_(busy_poll) {
   epoll_ctl(epfd_, EPOLL_CTL_ADD, wake_fd_, &ev);
   ev.data.u64 = kCmTag;
   epoll_ctl(epfd_, EPOLL_CTL_ADD, zone_->domain->cm_wait_fd(), &ev);
-  doorbell_fd_ = doorbell_.fd();
-  if (doorbell_fd_ >= 0) {
-    ev.data.u64 = kDoorbellTag;
-    epoll_ctl(epfd_, EPOLL_CTL_ADD, doorbell_fd_, &ev);
-  }
+}
+
+int Agent::open_doorbell() {
+  if (doorbell_fd_ >= 0) return doorbell_fd_;
+  const int fd = doorbell_.fd();
+  if (fd < 0) return -1;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kDoorbellTag;
+  if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) return -1;
+  doorbell_fd_ = fd;
+  return fd;
 }
 
 Agent::~Agent() {

@@ -211,7 +211,7 @@ class Peer {
   /// should answer even if its users drive the connection but are not
   /// polling now.
   void ring() noexcept;
-  /// The peer's doorbell was opened (tests).
+  /// The peer's table names a doorbell this process can open (tests).
   bool has_doorbell() const noexcept { return doorbell_ >= 0; }
 
   /// Mappings held now, and the first byte of the newest (tests).
@@ -260,7 +260,10 @@ class Peer {
   bool peer_alive() noexcept;
   pid_t pid_ = 0;
   int pidfd_ = -1;
-  int doorbell_ = -1;                       // the peer agent's doorbell eventfd, opened here (pidfd_getfd), or -1
+  int doorbell_ = -1;  // the number of the peer agent's doorbell in its process (an eventfd), or -1
+  /// The peer's descriptor `number`, taken here (pidfd_getfd) if it is an
+  /// eventfd; -1 otherwise.
+  int open_doorbell(int number) const noexcept;
   std::atomic<std::int64_t> alive_at_{-1};  // the coarse clock's tick of the last look
   std::uint64_t fd_ = 0, nonce_ = 0;        // what the offer named (Peer::get)
   void* map_ = nullptr;
