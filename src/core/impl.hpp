@@ -559,8 +559,11 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// Ask the peer to drop its mappings of revoked regions of this zone
   /// (op_direct_revoke): the request's serial, or 0 when nothing was asked
   /// (not connected, the peer maps nothing of this zone, the transport did
-  /// not take the request).
-  std::uint64_t ask_revoke(std::uint8_t what) REMORA_EXCLUDES(mu);
+  /// not take the request). When asked, `*bell` is set to the peer's table
+  /// as this side mapped it (null if this side did not take the peer's
+  /// offer): the caller rings its doorbell (direct::Peer::ring) once its
+  /// requests are sent, outside every lock, and once per peer zone.
+  std::uint64_t ask_revoke(std::uint8_t what, std::shared_ptr<direct::Peer>& bell) REMORA_EXCLUDES(mu);
   /// Before this side ends a connected connection on purpose (close,
   /// disconnect): a peer that may map this zone's regions lets go of this
   /// zone's table for it (op_direct_revoke, kRevokeConnection), and this

@@ -34,9 +34,16 @@ void ZoneImpl::release_shared_file(int fd) noexcept {
 
 void ZoneImpl::revoke_at_peers() noexcept {
   std::vector<std::pair<std::shared_ptr<EndpointImpl>, std::uint64_t>> asked;
-  for (auto& ep : agent->live_endpoints())
-    if (const std::uint64_t serial = ep->ask_revoke(wire::kRevokeRegions); serial != 0)
+  std::vector<std::shared_ptr<direct::Peer>> bells;  // one per peer zone (Peers are shared per table)
+  for (auto& ep : agent->live_endpoints()) {
+    std::shared_ptr<direct::Peer> bell;
+    if (const std::uint64_t serial = ep->ask_revoke(wire::kRevokeRegions, bell); serial != 0)
       asked.emplace_back(std::move(ep), serial);
+    if (bell && std::find(bells.begin(), bells.end(), bell) == bells.end()) bells.push_back(std::move(bell));
+  }
+  // Once every request is sent: each peer zone's agent then reads them all
+  // in one sweep.
+  for (auto& b : bells) b->ring();
   if (asked.empty() || !agent->serves_others()) return;
   agent->wake();
   wait_revoked(asked);
