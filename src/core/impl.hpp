@@ -574,8 +574,11 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// Ask the peer to drop its mappings of revoked regions of this zone
   /// (op_direct_revoke): the request's serial, or 0 when nothing was asked
   /// (not connected, the peer maps nothing of this zone, the transport did
-  /// not take the request).
-  std::uint64_t ask_revoke(std::uint8_t what) REMORA_EXCLUDES(mu);
+  /// not take the request). When asked, `*bell` is set to the peer's table
+  /// as this side mapped it (null if this side did not take the peer's
+  /// offer): the caller rings its doorbell (direct::Peer::ring) once its
+  /// requests are sent, outside every lock, and once per peer zone.
+  std::uint64_t ask_revoke(std::uint8_t what, std::shared_ptr<direct::Peer>& bell) REMORA_EXCLUDES(mu);
   /// Before this side ends a connected connection on purpose (close,
   /// disconnect): a peer that may map this zone's regions lets go of this
   /// zone's table for it (op_direct_revoke, kRevokeConnection), and this
@@ -648,6 +651,13 @@ class Agent : public std::enable_shared_from_this<Agent> {
   void add(const std::shared_ptr<EndpointImpl>& ep, int fd, backend::SharedQueue* queue);
   void remove(EndpointImpl* ep, int fd, backend::SharedQueue* queue);
   void wake() noexcept;
+  /// The eventfd a same-host peer rings, made and watched now (before
+  /// start(): Fabric::create_zone publishes it in the zone's region table
+  /// when the agent thread runs and does not busy-poll); -1 if it cannot be.
+  int open_doorbell();
+  /// Doorbell rings the agent thread handled, and its sweeps (tests).
+  std::uint64_t doorbells() const noexcept { return doorbells_.load(std::memory_order_relaxed); }
+  std::uint64_t sweeps() const noexcept { return sweeps_.load(std::memory_order_relaxed); }
   /// Have the agent thread look at this endpoint on its next turn (its fd
   /// did not fire: work queued from another thread).
   void look_at(const EndpointImpl* ep);
@@ -703,7 +713,14 @@ class Agent : public std::enable_shared_from_this<Agent> {
   int epfd_ = -1;
   Signal wake_;
   int wake_fd_ = -1;  // wake_.fd(), made at construction
+  // Rung by same-host peers (direct::Peer::ring, through the zone's region
+  // table): read every transport queue and serve what is there, users'
+  // claims notwithstanding. Made by open_doorbell, only in zones with the
+  // same-host path.
+  Signal doorbell_;
+  int doorbell_fd_ = -1;
   std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> doorbells_{0}, sweeps_{0};
   std::thread thread_;
   std::atomic<std::thread::id> thread_id_{};  // thread_'s, once it runs
   Mutex mu_;

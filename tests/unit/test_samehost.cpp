@@ -474,6 +474,7 @@ TEST_F(SameHost, AtomicWriteToASharedRegionIsAnAtomicStore) {
 
 TEST_F(SameHost, MappingsAreBoundedAndRevokedOnesDropped) {
   std::vector<MemoryRegion> regions;
+  const auto tw = std::chrono::steady_clock::now();
   Segment s(p->lmr, 0, 8);
   std::memset(p->local_mem.data(), 0x61, 8);
   const std::size_t n = detail::direct::Peer::kMaxMappings + 6;
@@ -486,11 +487,20 @@ TEST_F(SameHost, MappingsAreBoundedAndRevokedOnesDropped) {
     EXPECT_LE(peer_mappings(p->iep), detail::direct::Peer::kMaxMappings);
   }
   EXPECT_EQ(mapped_ops(p->iep), n);
+  fprintf(stderr, "DBG writes %.3f ms\n",
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - tw).count());
   EXPECT_EQ(peer_mappings(p->iep), detail::direct::Peer::kMaxMappings);
   for (std::size_t i = 0; i < n; ++i)
     EXPECT_EQ(static_cast<std::uint8_t*>(regions[i].address())[8 * (i % 512)], 0x61) << i;
   // Deregistered regions: their mappings go at the next miss.
-  for (std::size_t i = 0; i < n - 1; ++i) regions[i].close();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < n - 1; ++i) {
+    auto a = std::chrono::steady_clock::now();
+    regions[i].close();
+    fprintf(stderr, "%.2f ", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
+  }
+  fprintf(stderr, "DBG closes %.3f ms\n",
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   auto fresh = MUST(p->tz.allocate(4096, Access::all));
   ASSERT_OK(p->iep.write({&s, 1}, MUST(fresh.remote()), 0, 1000));
   ASSERT_EQ(collect(p->icq, 1).size(), 1u);
@@ -816,6 +826,42 @@ TEST_F(SameHost, DeregisteringAFileRegionUnmapsItAtThePeerBeforeItReturns) {
   EXPECT_EQ(static_cast<std::uint8_t*>(again.address())[0], 0x7E);
   again.close();
   ::unlink(path);
+}
+
+// The peer's user drives its queue but is not polling (here: it holds a
+// Sleeper and never sleeps, so the peer's agent leaves the connection to it
+// for good). Deregistering a shareable region rings the peer agent's
+// doorbell after the request: the agent reads it at once and answers, so the
+// mapping is gone when close() returns. Without the doorbell the request
+// waited for the user and close() gave up after its 1 s bound.
+TEST_F(SameHost, APeerWhoseUserDrivesItsQueueButDoesNotPollAnswersARevocation) {
+  auto r = MUST(p->tz.allocate(4096, Access::all));
+  Segment s(p->lmr, 0, 8);
+  ASSERT_OK(p->iep.write({&s, 1}, MUST(r.remote()), 0, 1));
+  ASSERT_EQ(collect(p->icq, 1).size(), 1u);
+  ASSERT_EQ(peer_mappings(p->iep), 1u);
+  {
+    detail::MutexLock lock(p->iep.impl()->mu);
+    ASSERT_TRUE(p->iep.impl()->direct_peer->has_doorbell()) << "the target could not open the initiator's doorbell";
+  }
+  const auto asleep = p->icq.sleeper();
+  ASSERT_TRUE(p->icq.impl()->slept_on());
+  // Two sweeps of the initiator's agent after the Sleeper: the first one
+  // that started after it left the connection to the user (the agent no
+  // longer listens to its transport queue).
+  auto& agent = *p->iz.impl()->agent;
+  const std::uint64_t swept = agent.sweeps();
+  const auto until = std::chrono::steady_clock::now() + kWait;
+  while (agent.sweeps() < swept + 2) {
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "the agent stopped sweeping";
+    std::this_thread::sleep_for(1ms);
+  }
+  const std::uint64_t rings = agent.doorbells();
+  const std::uint64_t asked = revokes_sent(p->tep);
+  r.close();
+  EXPECT_EQ(revokes_sent(p->tep), asked + 1);
+  EXPECT_EQ(peer_mappings(p->iep), 0u) << "the request waited for the user: the mapping outlived close()";
+  EXPECT_GT(agent.doorbells(), rings);
 }
 
 /// A connected pair whose target and initiator zones have the same-host

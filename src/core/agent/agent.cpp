@@ -46,8 +46,8 @@ void track(const std::shared_ptr<Agent>& a) {
 
 namespace {
 // epoll data of the agent's own fds; an endpoint's fd carries the
-// endpoint's address (never 0 or 1).
-constexpr std::uint64_t kWakeTag = 0, kCmTag = 1;
+// endpoint's address (never 0, 1 or 2), a shared queue's its address | 1.
+constexpr std::uint64_t kWakeTag = 0, kCmTag = 1, kDoorbellTag = 2;
 std::uint64_t tag_of(const EndpointImpl* ep) { return reinterpret_cast<std::uintptr_t>(ep); }
 }  // namespace
 
@@ -60,6 +60,18 @@ Agent::Agent(ZoneImpl* zone, bool busy_poll) : zone_(zone), busy_(busy_poll) {
   epoll_ctl(epfd_, EPOLL_CTL_ADD, wake_fd_, &ev);
   ev.data.u64 = kCmTag;
   epoll_ctl(epfd_, EPOLL_CTL_ADD, zone_->domain->cm_wait_fd(), &ev);
+}
+
+int Agent::open_doorbell() {
+  if (doorbell_fd_ >= 0) return doorbell_fd_;
+  const int fd = doorbell_.fd();
+  if (fd < 0) return -1;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kDoorbellTag;
+  if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) return -1;
+  doorbell_fd_ = fd;
+  return fd;
 }
 
 Agent::~Agent() {
@@ -340,6 +352,14 @@ void Agent::run() {
   auto next_sweep = std::chrono::steady_clock::time_point{};
   bool swept = false;  // this turn looked at every endpoint
   bool sweep = true;
+  // A same-host peer rang the doorbell (it sent a request it waits for): the
+  // next turn sweeps, reads every shared queue (those users drive too) and
+  // progresses what the read reported and every endpoint with a queue of its
+  // own, whether users drive them or not. Users who drive a connection but
+  // do not poll now (a poll in the last millisecond, a Sleeper held while the
+  // thread is busy elsewhere) would otherwise keep the request waiting until
+  // their claim expires and a sweep takes the endpoint back.
+  bool rung = false;
   bool user_driven = false;  // at the last sweep (or since), some endpoint was driven by a user
   // After traffic woke it, the agent keeps polling for a short while before
   // sleeping again: the operations of one burst (a write and the read right
@@ -376,7 +396,7 @@ void Agent::run() {
       // reported or that owe work: nothing per idle connection but a look.
       MutexLock lock(mu_);
       for (auto& [q, wq] : queues_)
-        if (!wq.all_driven) queues_to_pump.push_back(q);
+        if (!wq.all_driven || rung) queues_to_pump.push_back(q);
     }
     // Shared queues first: what they hold goes to its connections, and the
     // connections that got something are looked at this turn.
@@ -429,8 +449,8 @@ void Agent::run() {
         if (w.queue != nullptr && !driven) queue_undriven.insert(w.queue);
         user_driven |= driven;
         // Work no descriptor announces any more is the agent's even then.
-        const bool has_work =
-            p->owes_work.load(std::memory_order_relaxed) || std::binary_search(taken.begin(), taken.end(), raw);
+        const bool has_work = p->owes_work.load(std::memory_order_relaxed) ||
+                              std::binary_search(taken.begin(), taken.end(), raw) || (rung && w.fd >= 0);
         // In a sweep, an endpoint on a shared queue the read did not report
         // has nothing waiting in the transport (the queue was read this
         // turn, or users drive every endpoint on it).
@@ -440,6 +460,7 @@ void Agent::run() {
       };
       swept = sweep;
       if (sweep) {
+        sweeps_.fetch_add(1, std::memory_order_relaxed);
         user_driven = false;
         queue_undriven.clear();
         for (auto it = endpoints_.begin(); it != endpoints_.end();) {
@@ -491,6 +512,10 @@ void Agent::run() {
         epoll_ctl(epfd_, EPOLL_CTL_MOD, zone_->domain->cm_wait_fd(), &e);
         cm_armed_ = !user_driven;
       }
+    }
+    if (rung && swept) {
+      rung = false;
+      doorbells_.fetch_add(1, std::memory_order_relaxed);
     }
     held.clear();
     fired.clear();
@@ -571,6 +596,11 @@ void Agent::run() {
       const std::uint64_t tag = out[i].data.u64;
       if (tag == kWakeTag) {
         wake_.clear();
+        continue;
+      }
+      if (tag == kDoorbellTag) {
+        doorbell_.clear();
+        rung = sweep = true;
         continue;
       }
       linger_until = std::chrono::steady_clock::now() + kLinger;

@@ -104,6 +104,11 @@ std::unique_ptr<Table> Table::create(std::string& why) {
   return t;
 }
 
+void Table::set_doorbell(int fd) noexcept {
+  if (fd < 0) return;
+  header()->doorbell.store(kDoorbell | static_cast<std::uint32_t>(fd), std::memory_order_release);
+}
+
 Table::~Table() {
   if (map_ != nullptr) ::munmap(map_, kTableBytes);
   if (fd_ >= 0) ::close(fd_);
@@ -283,7 +288,42 @@ std::shared_ptr<Peer> Peer::open(std::uint64_t pid, std::uint64_t fd, std::uint6
     why = "the offered descriptor is not the peer's region table (nonce)";
     return nullptr;
   }
+  // The peer agent's doorbell, if its table names one (the table is the
+  // peer's own, as the nonce showed, so the number is the peer's word).
+  // Without it the connection works the same, and the peer answers
+  // revocations at its own pace.
+  if (const std::uint64_t bell = p->header()->doorbell.load(std::memory_order_acquire); (bell & kDoorbell) != 0) {
+    const int bfd = p->open_doorbell(static_cast<int>(bell & 0x7fffffffu));
+    if (bfd >= 0) {
+      p->doorbell_ = static_cast<int>(bell & 0x7fffffffu);
+      ::close(bfd);
+    }
+  }
   return p;
+}
+
+int Peer::open_doorbell(int number) const noexcept {
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd_, number, 0));
+  if (fd < 0) return -1;
+  char link[64] = {};
+  const std::string self = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = ::readlink(self.c_str(), link, sizeof link - 1);
+  if (n > 0 && std::strcmp(link, "anon_inode:[eventfd]") == 0) return fd;
+  ::close(fd);
+  return -1;
+}
+
+void Peer::ring() noexcept {
+  if (doorbell_ < 0) return;
+  // Opened for each ring, not kept: a Peer (one per peer zone, so one per
+  // client process at a server) then costs one descriptor, its pidfd. The
+  // number is checked to be an eventfd each time: were the peer's zone gone
+  // and the number reused for another file, nothing is written to it.
+  const int fd = open_doorbell(doorbell_);
+  if (fd < 0) return;
+  const std::uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(fd, &one, sizeof one);  // nonblocking (the owner made it so)
+  ::close(fd);
 }
 
 Peer::~Peer() {

@@ -86,10 +86,19 @@ struct Header {
   // nonce is not the offered one, so an offer naming a third process's pid
   // and table cannot turn the initiator's writes towards that process.
   std::atomic<std::uint64_t> nonce;
-  std::atomic<std::uint64_t> reserved[4];
+  // The owner zone's doorbell: kDoorbell | the number, in the owner's
+  // process, of an eventfd its agent sleeps on (Table::set_doorbell); 0 when
+  // it has none (no progress thread, a busy-polling zone, or a table of an
+  // older version, where this was reserved and 0). A peer that asks the
+  // owner to answer something at once (an op_direct_revoke request) rings it
+  // after sending: the owner's agent then reads every transport queue of
+  // its zone, those its users drive too, and serves what it finds.
+  std::atomic<std::uint64_t> doorbell;
+  std::atomic<std::uint64_t> reserved[3];
 };
 static_assert(sizeof(Header) == 64);
 
+constexpr std::uint64_t kDoorbell = 1ull << 63;
 constexpr std::uint64_t kMagic = 0x524d445431000001ull;  // "RMDT1" + layout 1
 constexpr std::size_t kCapacity = 4096;                  // a power of two
 constexpr std::size_t kTableBytes = sizeof(Header) + kCapacity * sizeof(Entry);
@@ -132,6 +141,9 @@ class Table {
   /// (bounded wait: a peer killed inside a transfer never leaves it). False
   /// when the wait timed out: a transfer may still be inside the region.
   bool remove(int index);
+  /// Publish the zone agent's doorbell (an eventfd of this process, which
+  /// stays open as long as the table) in the header.
+  void set_doorbell(int fd) noexcept;
 
  private:
   Table() = default;
@@ -194,6 +206,14 @@ class Peer {
   /// copying through it (it goes when that one lets go).
   void drop_revoked();
 
+  /// Wake the peer zone's agent (its doorbell, when its table has one and
+  /// this process could open it): a request was just sent that the peer
+  /// should answer even if its users drive the connection but are not
+  /// polling now.
+  void ring() noexcept;
+  /// The peer's table names a doorbell this process can open (tests).
+  bool has_doorbell() const noexcept { return doorbell_ >= 0; }
+
   /// Mappings held now, and the first byte of the newest (tests).
   std::size_t mappings() const;
   const void* newest_mapping() const;
@@ -240,6 +260,10 @@ class Peer {
   bool peer_alive() noexcept;
   pid_t pid_ = 0;
   int pidfd_ = -1;
+  int doorbell_ = -1;  // the number of the peer agent's doorbell in its process (an eventfd), or -1
+  /// The peer's descriptor `number`, taken here (pidfd_getfd) if it is an
+  /// eventfd; -1 otherwise.
+  int open_doorbell(int number) const noexcept;
   std::atomic<std::int64_t> alive_at_{-1};  // the coarse clock's tick of the last look
   std::uint64_t fd_ = 0, nonce_ = 0;        // what the offer named (Peer::get)
   void* map_ = nullptr;

@@ -65,6 +65,10 @@ Result<ProtectionZone> Fabric::create_zone(const ZoneOptions& options) {
   // outlives every connection of its domain).
   zone->domain->set_ready_callback(
       [agent = zone->agent.get()](void* owner) { agent->look_at(static_cast<const detail::EndpointImpl*>(owner)); });
+  // Same-host peers may wake the agent thread when they need an answer now
+  // (a busy-polling agent never sleeps in epoll: it keeps no doorbell).
+  if (zone->direct && options.progress_thread && !zone->busy_poll)
+    zone->direct->set_doorbell(zone->agent->open_doorbell());
   if (options.progress_thread) zone->agent->start();
   return ProtectionZone(std::move(zone));
 }

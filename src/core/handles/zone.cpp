@@ -34,9 +34,16 @@ void ZoneImpl::release_shared_file(int fd) noexcept {
 
 void ZoneImpl::revoke_at_peers() noexcept {
   std::vector<std::pair<std::shared_ptr<EndpointImpl>, std::uint64_t>> asked;
-  for (auto& ep : agent->live_endpoints())
-    if (const std::uint64_t serial = ep->ask_revoke(wire::kRevokeRegions); serial != 0)
+  std::vector<std::shared_ptr<direct::Peer>> bells;  // one per peer zone (Peers are shared per table)
+  for (auto& ep : agent->live_endpoints()) {
+    std::shared_ptr<direct::Peer> bell;
+    if (const std::uint64_t serial = ep->ask_revoke(wire::kRevokeRegions, bell); serial != 0)
       asked.emplace_back(std::move(ep), serial);
+    if (bell && std::find(bells.begin(), bells.end(), bell) == bells.end()) bells.push_back(std::move(bell));
+  }
+  // Once every request is sent: each peer zone's agent then reads them all
+  // in one sweep.
+  for (auto& b : bells) b->ring();
   if (asked.empty() || !agent->serves_others()) return;
   agent->wake();
   wait_revoked(asked);
@@ -45,11 +52,17 @@ void ZoneImpl::revoke_at_peers() noexcept {
 namespace {
 // Same bound as Table::remove's wait: a peer that is stopped, or whose zone
 // makes no progress, is not waited for longer. It still drops the mappings
-// at its next miss or when the connection ends.
-template <typename Done>
-void wait_bounded(Done done) {
+// at its next miss or when the connection ends. Between looks the waiting
+// thread progresses the endpoints it waits on (`drive`) itself: the answer
+// is taken as soon as it arrives, also when this zone's users drive those
+// connections (the agent then leaves them to the users until their claims
+// expire).
+template <typename Done, typename Drive>
+void wait_bounded(Done done, Drive drive) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   for (int spins = 0; !done() && std::chrono::steady_clock::now() < deadline; ++spins) {
+    drive();
+    if (done()) break;
     if (spins < 64)
       std::this_thread::yield();
     else
@@ -59,14 +72,19 @@ void wait_bounded(Done done) {
 }  // namespace
 
 void wait_revoked(std::vector<std::pair<std::shared_ptr<EndpointImpl>, std::uint64_t>>& asked) noexcept {
-  wait_bounded([&] {
-    std::erase_if(asked, [](const auto& a) { return a.first->revoke_answered(a.second); });
-    return asked.empty();
-  });
+  wait_bounded(
+      [&] {
+        std::erase_if(asked, [](const auto& a) { return a.first->revoke_answered(a.second); });
+        return asked.empty();
+      },
+      [&] {
+        backend::ProgressPass look;  // each shared transport queue is read once per look
+        for (auto& a : asked) (void)a.first->progress();
+      });
 }
 
 void wait_revoked(EndpointImpl& ep, std::uint64_t serial) noexcept {
-  wait_bounded([&] { return ep.revoke_answered(serial); });
+  wait_bounded([&] { return ep.revoke_answered(serial); }, [&] { (void)ep.progress(); });
 }
 
 std::uint64_t ZoneImpl::random_key() {

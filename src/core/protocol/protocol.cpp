@@ -257,7 +257,7 @@ void EndpointImpl::accept_direct_offer(const wire::Ctl& offer) {
   flush_replies();
 }
 
-std::uint64_t EndpointImpl::ask_revoke(std::uint8_t what) {
+std::uint64_t EndpointImpl::ask_revoke(std::uint8_t what, std::shared_ptr<direct::Peer>& bell) {
   MutexLock lock(mu);
   // Nothing to ask of a peer that cannot map this zone's table: none was
   // offered (the path is off here), or the peer said it did not take it.
@@ -270,11 +270,19 @@ std::uint64_t EndpointImpl::ask_revoke(std::uint8_t what) {
   // Injected, no slot. Not taken (the provider's queue is full): not asked;
   // the peer drops the mapping at its next miss or when the connection ends.
   if (conn->inject(&req, sizeof req, wire::data(wire::ctl_request)) != 0) return 0;
+  // The peer's user may drive this connection without polling now (it
+  // polled in the last millisecond, or holds a Sleeper while busy
+  // elsewhere): its agent would leave the request to that user until its
+  // claim expires. The caller rings the peer's doorbell, and the agent reads
+  // the request now.
+  bell = direct_peer;
   return ++revokes_sent;
 }
 
 void EndpointImpl::release_at_peer() noexcept {
-  const std::uint64_t serial = ask_revoke(wire::kRevokeConnection);
+  std::shared_ptr<direct::Peer> bell;
+  const std::uint64_t serial = ask_revoke(wire::kRevokeConnection, bell);
+  if (bell) bell->ring();
   if (serial == 0 || !zone->agent->serves_others()) return;
   zone->agent->wake();
   wait_revoked(*this, serial);
