@@ -380,12 +380,10 @@ void Agent::run() {
     // While it keeps polling (busy, or lingering after traffic) the agent
     // looks at connection management on every 64th turn only: on tcp reading
     // it also runs a progress pass over every connection, which would double
-    // the cost of each turn. After a sleep it always looks.
+    // the cost of each turn. After a sleep it always looks, once it has
+    // progressed the endpoints that woke it (below): the look costs a
+    // system call, which would otherwise delay the traffic that woke it.
     const bool look_at_cm = !spinning || ++turn_ % 64 == 0;
-    if (look_at_cm) work += static_cast<int>(dispatch_cm());
-    // The last reference to the zone may have been dropped on this thread
-    // (an event's endpoint): the zone is gone, stop() was called.
-    if (stop_) break;
     const auto now_tp = std::chrono::steady_clock::now();
     if (busy_ || now_tp >= next_sweep) sweep = true;
     eps.clear();
@@ -522,14 +520,19 @@ void Agent::run() {
     taken.clear();
     hot.clear();
     if (stop_) break;
-    backend::ProgressPass pass;  // each shared transport queue is read once this turn
-    for (auto& ep : eps) {
-      const int n = ep->progress();
-      work += n;
-      if (n > 0) hot.push_back(ep.get());
+    {
+      backend::ProgressPass pass;  // each shared transport queue is read once this turn
+      for (auto& ep : eps) {
+        const int n = ep->progress();
+        work += n;
+        if (n > 0) hot.push_back(ep.get());
+      }
     }
-    spinning = !eps.empty() || !pumped.empty();
+    if (look_at_cm) work += static_cast<int>(dispatch_cm());
+    // The last reference to the zone may have been dropped on this thread
+    // (an event's endpoint): the zone is gone, stop() was called.
     if (stop_) break;
+    spinning = !eps.empty() || !pumped.empty();
     if (spinning && (busy_ || work > 0 || std::chrono::steady_clock::now() < linger_until)) {
       hot.clear();
       for (auto& ep : eps) hot.push_back(ep.get());
