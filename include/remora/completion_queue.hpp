@@ -53,7 +53,9 @@ class CompletionQueue {
   /// has an operation in flight (this is its send queue) or a receive posted
   /// (this is its receive queue; its shared receive queue's count too).
   /// False means a wait for a completion would never end. A thread posting
-  /// at the same time can make the answer stale at once.
+  /// at the same time can make the answer stale at once. False for an
+  /// invalid (default-constructed or moved-from) queue, which never
+  /// completes anything.
   bool expecting() const;
 
   /// Held by a thread that sleeps on fd() (poll, epoll) and calls poll(),

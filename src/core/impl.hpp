@@ -466,10 +466,11 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   std::deque<std::uint32_t> deferred REMORA_GUARDED_BY(mu);  // waiting behind a fence
   std::deque<std::uint32_t> order REMORA_GUARDED_BY(mu);     // every slot in use, in posting order
   // Receive buffers, all posted: kRxInitial at first, one more per message
-  // received up to options.max_recv (grow_rx). A deque, so that growing
+  // received up to options.max_recv (post_rx). A deque, so that growing
   // never moves the contexts the transport holds.
   std::deque<RxSlot> rx REMORA_GUARDED_BY(mu);
   LazyBuffer rx_memory REMORA_GUARDED_BY(mu);
+  std::size_t rx_buf_len REMORA_GUARDED_BY(mu) = 0;  // each buffer's length and stride in rx_memory
   std::unique_ptr<backend::MemoryKey> rx_key REMORA_GUARDED_BY(mu);
 
   RecvQueue receives REMORA_GUARDED_BY(mu);  // unless srq
@@ -591,7 +592,8 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   bool try_direct(OpSlot& s) REMORA_REQUIRES(mu);
   /// Handle every completion the transport already has.
   void drain() REMORA_REQUIRES(mu);
-  void repost(RxSlot& rxs) REMORA_REQUIRES(mu);
+  /// Posts receive buffer `rxs` (again): 0, or the transport's error.
+  int repost(RxSlot& rxs) REMORA_REQUIRES(mu);
   // Posts one more receive buffer (the next of rx_memory's max_recv):
   // 0, or the transport's error.
   int post_rx() REMORA_REQUIRES(mu);

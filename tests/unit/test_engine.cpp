@@ -1055,4 +1055,9 @@ TEST_F(Engine, AQueueExpectsACompletionOnlyWhileSomethingThatCanCompleteIsPosted
   expect_cookies(w.take(w.icq), {3});
   EXPECT_FALSE(w.tcq.expecting());
   EXPECT_FALSE(w.icq.expecting());
+  // An invalid queue completes nothing.
+  EXPECT_FALSE(CompletionQueue().expecting());
+  CompletionQueue moved = std::move(w.tcq);
+  EXPECT_FALSE(w.tcq.expecting());  // NOLINT(bugprone-use-after-move): moved-from is documented
+  EXPECT_FALSE(moved.expecting());
 }

@@ -39,9 +39,9 @@ Result<void> EndpointImpl::setup_connection(const std::shared_ptr<void>& request
   if (!c) return c.error();
   slots.clear();  // made on first use (take_slot)
   free_slots.clear();
-  const std::size_t buf = std::max<std::size_t>(options.max_message, sizeof(wire::Ctl));
+  rx_buf_len = std::max<std::size_t>(options.max_message, sizeof(wire::Ctl));
   // Reserved, not touched: an idle connection's buffers cost no memory.
-  if (!rx_memory.reserve(buf * nrx)) return Errc::no_memory;
+  if (!rx_memory.reserve(rx_buf_len * nrx)) return Errc::no_memory;
   auto key = zone->domain->register_memory(rx_memory.data(), rx_memory.size(), Access::local_write, zone->random_key());
   if (!key) return key.error();
   rx_key = std::move(*key);
@@ -96,20 +96,15 @@ void EndpointImpl::abandon_connection() {
 }
 
 int EndpointImpl::post_rx() {
-  const std::size_t buf = rx_memory.size() / options.max_recv;
   RxSlot& s = rx.emplace_back();
   s.kind = SlotBase::Kind::recv_buffer;
-  s.buf = backend::Iov{rx_memory.data() + (rx.size() - 1) * buf, buf, rx_key->desc()};
-  const int rc = conn->recv(s.buf.addr, s.buf.len, s.buf.desc, &s.hdr);
+  s.buf = backend::Iov{rx_memory.data() + (rx.size() - 1) * rx_buf_len, rx_buf_len, rx_key->desc()};
+  const int rc = repost(s);
   if (rc) rx.pop_back();
   return rc;
 }
 
-void EndpointImpl::repost(RxSlot& s) {
-  // A failure here means the connection is going away; the shutdown event
-  // that follows flushes everything.
-  (void)conn->recv(s.buf.addr, s.buf.len, s.buf.desc, &s.hdr);
-}
+int EndpointImpl::repost(RxSlot& s) { return conn->recv(s.buf.addr, s.buf.len, s.buf.desc, &s.hdr); }
 
 Result<void> EndpointImpl::post(const Operation& op, std::uint64_t cookie, PostFlags flags) {
   auto r = post_once(op, cookie, flags);
@@ -437,7 +432,9 @@ void EndpointImpl::handle(const backend::CqEntry& e) {
     if (zone->check) zone->check->on_incoming(*this);
     handle_message(*s, e);
     if (!live()) return;
-    repost(*s);
+    // A refusal means the connection is going away; the shutdown event
+    // that follows flushes everything.
+    (void)repost(*s);
     // A connection that receives grows its posted buffers towards max_recv,
     // one per message (kRxInitial); a refusal means it is going away.
     if (rx.size() < options.max_recv) (void)post_rx();
