@@ -143,6 +143,14 @@ class Connection {
   /// queue asks each this and the queue once. Without a shared queue, the
   /// same as try_wait().
   virtual bool quiet() noexcept { return try_wait(); }
+  /// poll() must read the transport again before the caller's next sleep,
+  /// even when the last read returned fewer entries than asked for: every
+  /// receive buffer the transport held has completed and some are posted
+  /// again, and the transport may keep a message it read while it had none
+  /// where its wait fd does not show it (libfabric 1.17's tcp provider parks
+  /// such a message until its next progress call; one without payload, an
+  /// acknowledgement, leaves nothing in the socket to wake a sleeper).
+  virtual bool needs_poll() const noexcept { return false; }
   /// Identity used by connection-management events. A later connection may
   /// get the same identity once this one is destroyed; destroying it
   /// discards its events still queued in the domain (as fi_close does), so

@@ -379,17 +379,25 @@ class OfiConnection final : public Connection {
 
   int recv(void* buf, std::size_t len, void* desc, OpSlotHeader* ctx) override {
     ctx->conn = this;
-    return static_cast<int>(fi_recv(ep_, buf, len, desc, 0, ctx));
+    const int rc = static_cast<int>(fi_recv(ep_, buf, len, desc, 0, ctx));
+    if (rc == 0) ++posted_;
+    return rc;
   }
 
   int poll(std::span<CqEntry> out) override {
     (void)flush_notes();
-    return queue_->poll_for(this, out);
+    const int n = queue_->poll_for(this, out);
+    // The last receive buffer the provider held has completed: a message
+    // it read meanwhile waits, parked, for one to be posted (needs_poll).
+    for (int i = 0; i < n; ++i)
+      if ((out[i].flags & kCqRecv) != 0 && posted_ > 0 && --posted_ == 0) starved_ = true;
+    return n;
   }
+  bool needs_poll() const noexcept override { return starved_ && posted_ > 0; }
 
   int wait_fd() const noexcept override { return queue_->wait_fd(); }
-  bool try_wait() noexcept override { return notes_.empty() && queue_->try_wait_for(this); }
-  bool quiet() noexcept override { return notes_.empty() && queue_->kept_nothing_for(this); }
+  bool try_wait() noexcept override { return notes_.empty() && !needs_poll() && queue_->try_wait_for(this); }
+  bool quiet() noexcept override { return notes_.empty() && !needs_poll() && queue_->kept_nothing_for(this); }
   const void* cm_id() const noexcept override { return &ep_->fid; }
 
   void* owner() const noexcept { return owner_.load(std::memory_order_relaxed); }
@@ -425,6 +433,13 @@ class OfiConnection final : public Connection {
   };
   std::deque<Note> notes_;              // of posted writes, not yet sent
   std::atomic<bool> has_notes_{false};  // notes_ not empty after a send failed (read by OfiQueue::pump)
+  // Receive buffers posted and not yet handed out by poll(), and whether
+  // they ran out since the last read of the transport. The owner's, like
+  // every call here but the queue's reads (under its endpoint's lock).
+  std::size_t posted_ = 0;
+  bool starved_ = false;
+
+  friend class OfiQueue;  // poll_for: a starved connection reads even within a pass
 };
 
 void OfiQueue::route(const CqEntry& e, void* op_context, OfiConnection* self, std::vector<void*>& ready) {
@@ -497,7 +512,11 @@ int OfiQueue::poll_for(OfiConnection* c, std::span<CqEntry> out) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     const std::uint64_t pass = ProgressPass::current();
-    if (c->inbox.empty() && (pass == 0 || pass != read_in_pass_)) {
+    // A connection whose receive buffers ran out (needs_poll) reads even
+    // if this pass read the queue already: the provider resumes a message
+    // it parked only when it is called again.
+    if (c->inbox.empty() && (pass == 0 || pass != read_in_pass_ || c->needs_poll())) {
+      if (c->posted_ > 0) c->starved_ = false;  // this read resumes a parked message
       // Inside a pass, the one read takes everything there is (bounded).
       for (int i = 0; i < (pass == 0 ? 1 : 16); ++i) {
         const int rc = read_locked(c, others);

@@ -241,4 +241,89 @@ TEST(CompletionQueue, SharedBySendAndReceive) {
   EXPECT_EQ(sc[0].op, Opcode::send);
 }
 
+// Every receive buffer of a connection taken by a burst, with an
+// acknowledgement right behind it: libfabric 1.17's tcp provider reads the
+// acknowledgement's header and parks it until a buffer is posted again, and
+// as it has no payload nothing in the socket shows it any more. The poll that
+// handled the burst (and posted the buffers again) calls the transport once
+// more, so the send the acknowledgement completes is there at once; before,
+// it came only after a sleep (the waiter's 20 ms slice, or the agent's
+// sweep). Zones without progress threads, so that only the test's polls
+// move anything.
+TEST(CompletionQueue, AnAcknowledgementBehindABurstThatTookEveryReceiveBufferCompletesInTheSamePoll) {
+  FabricOptions fo;
+  fo.same_host = false;  // the transport's own behaviour, no same-host offers
+  auto fabric = MUST(Fabric::open(fo));
+  ZoneOptions zo;
+  zo.progress_thread = false;
+  auto tz = MUST(fabric.create_zone(zo));
+  auto iz = MUST(fabric.create_zone(zo));
+  auto tcq = MUST(tz.create_cq());
+  auto isq = MUST(iz.create_cq());
+  auto irq = MUST(iz.create_cq());
+  std::vector<std::uint8_t> tmem(4096, 0), imem(4096, 0);
+  auto tmr = MUST(tz.register_memory(tmem.data(), tmem.size(), kLocal));
+  auto imr = MUST(iz.register_memory(imem.data(), imem.size(), kLocal));
+  EndpointOptions io;
+  io.send_cq = &isq;
+  io.recv_cq = &irq;
+  io.max_recv = 8;  // all posted from the start, never more
+  EndpointOptions to;
+  to.send_cq = &tcq;
+  auto lis = MUST(tz.listen("127.0.0.1", 0));
+  auto tep = MUST(tz.create_endpoint(to));
+  auto iep = MUST(iz.create_endpoint(io));
+  auto settle = [&] {
+    for (int i = 0; i < 200; ++i) {
+      (void)tz.progress();
+      (void)iz.progress();
+      std::this_thread::sleep_for(1ms);
+    }
+  };
+  ASSERT_OK(iep.connect("127.0.0.1", lis.port()));
+  Result<ConnectionRequest> req = Errc::timeout;
+  for (int i = 0; i < 5000 && !req; ++i) {
+    (void)tz.progress();
+    (void)iz.progress();
+    req = lis.next_request(1ms);
+  }
+  ASSERT_TRUE(req.ok()) << "no connection request";
+  ASSERT_OK(req->accept(tep));
+  settle();
+  ASSERT_EQ(MUST(iep.next_event(0ms)).type, ConnectionEventType::established);
+  ASSERT_EQ(MUST(tep.next_event(0ms)).type, ConnectionEventType::established);
+
+  // The initiator sends one message; the target, before it handles that,
+  // sends eight (all the initiator's buffers), then handles it: its
+  // acknowledgement follows the eight on the wire.
+  Segment tr(tmr, 0, 64);
+  ASSERT_OK(tep.recv({&tr, 1}, 1));
+  Segment is(imr, 0, 16);
+  ASSERT_OK(iep.send({&is, 1}, 2));
+  std::this_thread::sleep_for(50ms);  // in the target's socket, not handled
+  for (std::uint64_t i = 0; i < 8; ++i) {
+    Segment ts(tmr, 1024 + 16 * i, 16);
+    ASSERT_OK(tep.send({&ts, 1}, 10 + i));
+  }
+  auto got = collect(tcq, 1);
+  ASSERT_EQ(got.size(), 1u) << describe(got);
+  EXPECT_EQ(got[0].cookie, 1u) << "the initiator's message, received";
+  std::this_thread::sleep_for(100ms);  // the eight and the acknowledgement reach the initiator's socket
+
+  // One poll: it takes the eight messages (held: no receive is posted),
+  // posts the buffers again, and reads the acknowledgement behind them.
+  Completion c[4];
+  ASSERT_EQ(isq.poll(c), 1u) << "the acknowledgement stayed parked in the provider";
+  EXPECT_EQ(c[0].cookie, 2u);
+  EXPECT_EQ(c[0].op, Opcode::send);
+  EXPECT_FALSE(c[0].status) << c[0].status.message();
+  // The eight are all there for receives posted now.
+  for (std::uint64_t i = 0; i < 8; ++i) {
+    Segment ir(imr, 2048 + 16 * i, 16);
+    ASSERT_OK(iep.recv({&ir, 1}, 20 + i));
+  }
+  auto rcv = collect(irq, 8);
+  EXPECT_EQ(rcv.size(), 8u) << describe(rcv);
+}
+
 }  // namespace

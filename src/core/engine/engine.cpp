@@ -483,7 +483,10 @@ int EndpointImpl::progress() {
     if (n <= 0) break;
     for (int i = 0; i < n; ++i) handle(entries[i]);
     total += n;
-    if (!conn || n < 16) break;
+    // Fewer than asked for: nothing more, unless the receive buffers ran
+    // out and were posted again, which the transport may need to be called
+    // for (Connection::needs_poll).
+    if (!conn || (n < 16 && !conn->needs_poll())) break;
   }
   if (conn) {
     flush_acks();
