@@ -45,8 +45,13 @@ class Signal {
   ~Signal();
   Signal(const Signal&) = delete;
   Signal& operator=(const Signal&) = delete;
+  /// Make it readable (nothing to do when it is already).
   void raise() noexcept;
+  /// Make it unreadable (nothing to do when it is not raised).
   void clear() noexcept;
+  /// Read whatever it holds, also what other processes wrote to it (a
+  /// same-host peer rings a zone's doorbell with a write of its own).
+  void drain() noexcept;
   /// The eventfd, made now if it does not exist yet; -1 if it cannot be.
   int fd() const noexcept;
 
@@ -266,6 +271,11 @@ struct CqImpl {
 
   void push(Completion c);
   std::size_t take(std::span<Completion> out);
+  /// drive(), then take(): what poll() and wait() do. While this thread
+  /// drives, the completions it makes for this queue do not raise the
+  /// eventfd (it takes them at once: a write and a read of the eventfd per
+  /// batch saved); if any are left after the take, it is raised then.
+  std::size_t drive_and_take(std::span<Completion> out);
   /// Progress the endpoints feeding this queue that have something to do,
   /// on the calling thread.
   void drive() REMORA_EXCLUDES(sources_mu);

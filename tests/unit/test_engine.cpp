@@ -1024,6 +1024,35 @@ TEST_F(Engine, AConnectionWithFewerReceivesThanTheFirstPostedPostsMaxRecv) {
   EXPECT_EQ(posted_buffers(w.iep), 2u);
 }
 
+// poll() drives the queue's endpoints on the calling thread and takes what
+// that made at once, so those completions do not raise the queue's eventfd
+// (a write and a read of it saved per batch). Those it made and did not take
+// (its span was smaller) still leave the descriptor readable.
+TEST_F(Engine, CompletionsAPollMadeButDidNotTakeLeaveTheDescriptorReadable) {
+  World w;
+  const int fd = w.icq.fd();
+  ASSERT_GE(fd, 0);
+  Segment s(w.lmr, 0, 8);
+  for (std::uint64_t i = 1; i <= 3; ++i) ASSERT_OK(w.iep.write({&s, 1}, w.rr, 0, i));
+  pollfd p{fd, POLLIN, 0};
+  Completion c[2];
+  ASSERT_EQ(w.icq.poll(std::span(c, 1)), 1u);
+  EXPECT_EQ(c[0].cookie, 1u);
+  EXPECT_EQ(::poll(&p, 1, 0), 1) << "two completions queued, the descriptor not readable";
+  ASSERT_EQ(w.icq.poll(c), 2u);
+  EXPECT_EQ(c[0].cookie, 2u);
+  EXPECT_EQ(c[1].cookie, 3u);
+  EXPECT_EQ(::poll(&p, 1, 0), 0) << "nothing queued, the descriptor readable";
+  // The same through wait().
+  for (std::uint64_t i = 4; i <= 5; ++i) ASSERT_OK(w.iep.write({&s, 1}, w.rr, 0, i));
+  auto n = w.icq.wait(std::span(c, 1), 0ms);
+  ASSERT_TRUE(n.ok()) << n.error().message();
+  EXPECT_EQ(c[0].cookie, 4u);
+  EXPECT_EQ(::poll(&p, 1, 0), 1) << "one completion queued, the descriptor not readable";
+  expect_cookies(w.take(w.icq), {5});
+  EXPECT_EQ(::poll(&p, 1, 0), 0);
+}
+
 // CompletionQueue::expecting(): whether a completion can still come
 // without anything more being posted (the rpma face's blocking waits return
 // RPMA_E_NO_COMPLETION instead of waiting forever when it is false).

@@ -871,6 +871,12 @@ TEST_F(SameHost, APeerWhoseUserDrivesItsQueueButDoesNotPollAnswersARevocation) {
   EXPECT_EQ(revokes_sent(p->tep), asked + 1);
   EXPECT_EQ(peer_mappings(p->iep), 0u) << "the request waited for the user: the mapping outlived close()";
   EXPECT_GT(agent.doorbells(), rings);
+  // One ring, one look: the peer's write is read out of the doorbell, which
+  // would otherwise wake the agent (and count a ring) on every turn.
+  std::this_thread::sleep_for(20ms);
+  const std::uint64_t settled = agent.doorbells();
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(agent.doorbells(), settled) << "the doorbell kept the agent awake";
 }
 
 /// A connected pair whose target and initiator zones have the same-host

@@ -602,7 +602,7 @@ void Agent::run() {
         continue;
       }
       if (tag == kDoorbellTag) {
-        doorbell_.clear();
+        doorbell_.drain();  // peers write to it directly
         rung = sweep = true;
         continue;
       }

@@ -14,13 +14,37 @@ namespace detail {
 // that user instead of competing with it for them.
 constexpr std::chrono::microseconds kUserDriveWindow{1000};
 
+namespace {
+// The queue whose drive_and_take() runs on this thread, if any.
+thread_local const CqImpl* tl_taking = nullptr;
+}  // namespace
+
 void CqImpl::push(Completion c) {
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (queue.empty() && fd_in_use) signal.raise();
+    if (queue.empty() && fd_in_use && tl_taking != this) signal.raise();
     queue.push_back(std::move(c));
   }
   cv.notify_all();
+}
+
+std::size_t CqImpl::drive_and_take(std::span<Completion> out) {
+  struct Taking {
+    const CqImpl* prev;
+    explicit Taking(const CqImpl* q) : prev(std::exchange(tl_taking, q)) {}
+    ~Taking() { tl_taking = prev; }
+    Taking(const Taking&) = delete;
+    Taking& operator=(const Taking&) = delete;
+  };
+  {
+    const Taking taking(this);
+    drive();
+  }
+  const std::size_t n = take(out);
+  std::lock_guard<std::mutex> lock(mu);
+  // What this thread made and did not take: the eventfd shows it.
+  if (!queue.empty() && fd_in_use) signal.raise();
+  return n;
 }
 
 std::size_t CqImpl::take(std::span<Completion> out) {
@@ -319,8 +343,7 @@ std::size_t CompletionQueue::poll(std::span<Completion> out) {
   impl_->claim();
   std::size_t n = impl_->take(out);
   if (n > 0) return n;
-  impl_->drive();
-  return impl_->take(out);
+  return impl_->drive_and_take(out);
 }
 
 Result<std::size_t> CompletionQueue::wait(std::span<Completion> out, std::chrono::milliseconds timeout) {
@@ -338,8 +361,7 @@ Result<std::size_t> CompletionQueue::wait(std::span<Completion> out, std::chrono
   for (;;) {
     if (impl_->zone->busy_poll) impl_->claim();
     if (std::size_t n = impl_->take(out); n > 0) return n;
-    impl_->drive();
-    if (std::size_t n = impl_->take(out); n > 0) return n;
+    if (std::size_t n = impl_->drive_and_take(out); n > 0) return n;
     auto now = std::chrono::steady_clock::now();
     if (timeout.count() >= 0 && now >= deadline) return Errc::timeout;
     if (impl_->zone->busy_poll) continue;

@@ -98,6 +98,7 @@ Signal::~Signal() {
 
 void Signal::raise() noexcept {
   std::lock_guard<std::mutex> lock(mu_);
+  if (raised_) return;  // readable already
   raised_ = true;
   if (fd_ < 0) return;
   std::uint64_t one = 1;
@@ -105,6 +106,15 @@ void Signal::raise() noexcept {
 }
 
 void Signal::clear() noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!raised_) return;  // not readable: nothing to read
+  raised_ = false;
+  if (fd_ < 0) return;
+  std::uint64_t v;
+  [[maybe_unused]] auto n = ::read(fd_, &v, sizeof v);
+}
+
+void Signal::drain() noexcept {
   std::lock_guard<std::mutex> lock(mu_);
   raised_ = false;
   if (fd_ < 0) return;
