@@ -274,7 +274,7 @@ struct CqImpl {
   /// drive(), then take(): what poll() and wait() do. While this thread
   /// drives, the completions it makes for this queue do not raise the
   /// eventfd (it takes them at once: a write and a read of the eventfd per
-  /// batch saved); if any are left after the take, it is raised then.
+  /// batch saved); if any are left after the take, take() raises it.
   std::size_t drive_and_take(std::span<Completion> out);
   /// Progress the endpoints feeding this queue that have something to do,
   /// on the calling thread.

@@ -40,11 +40,7 @@ std::size_t CqImpl::drive_and_take(std::span<Completion> out) {
     const Taking taking(this);
     drive();
   }
-  const std::size_t n = take(out);
-  std::lock_guard<std::mutex> lock(mu);
-  // What this thread made and did not take: the eventfd shows it.
-  if (!queue.empty() && fd_in_use) signal.raise();
-  return n;
+  return take(out);  // raises the eventfd for what this thread made and did not take
 }
 
 std::size_t CqImpl::take(std::span<Completion> out) {
@@ -54,7 +50,16 @@ std::size_t CqImpl::take(std::span<Completion> out) {
     out[i] = std::move(queue.front());
     queue.pop_front();
   }
-  if (n > 0 && queue.empty() && fd_in_use) signal.clear();
+  // The eventfd follows the queue's level: cleared once it is empty, and
+  // raised while something is left (completions a drive_and_take made
+  // without raising it; a no-op when it is raised already). Taking nothing
+  // (n == 0: the queue was empty) changes neither.
+  if (n > 0 && fd_in_use) {
+    if (queue.empty())
+      signal.clear();
+    else
+      signal.raise();
+  }
   return n;
 }
 
