@@ -99,17 +99,17 @@ class SameHost : public ::testing::Test {
       return std::all_of(mem.begin(), mem.end(), [](std::uint8_t b) { return b == 0xA5; });
     }
   };
-  /// A shareable 4 KiB region of the target zone, into which the initiator
-  /// wrote the first 8 bytes of its buffer (completed); `fill` is written
-  /// there first unless it is negative. Whether the write went through a
-  /// mapping is the caller's to check.
-  MemoryRegion written_shareable(int fill = -1) {
-    auto mr = MUST(p->tz.allocate(4096, Access::all));
+  /// `mr`: a shareable 4 KiB region of the target zone, into which the
+  /// initiator wrote the first 8 bytes of its buffer (completed); `fill` is
+  /// written there first unless it is negative. Whether the write went
+  /// through a mapping is the caller's to check. Call it inside
+  /// ASSERT_NO_FATAL_FAILURE: its assertions end the test.
+  void written_shareable(MemoryRegion& mr, int fill = -1) {
+    mr = MUST(p->tz.allocate(4096, Access::all));
     if (fill >= 0) std::memset(p->local_mem.data(), fill, 8);
     Segment s(p->lmr, 0, 8);
-    EXPECT_OK(p->iep.write({&s, 1}, MUST(mr.remote()), 0, 1));
-    EXPECT_EQ(collect(p->icq, 1).size(), 1u);
-    return mr;
+    ASSERT_OK(p->iep.write({&s, 1}, MUST(mr.remote()), 0, 1));
+    ASSERT_EQ(collect(p->icq, 1).size(), 1u);
   }
   std::unique_ptr<Guarded> guarded(Access access) {
     auto g = std::make_unique<Guarded>();
@@ -847,7 +847,8 @@ TEST_F(SameHost, DeregisteringAFileRegionUnmapsItAtThePeerBeforeItReturns) {
 // mapping is gone when close() returns. Without the doorbell the request
 // waited for the user and close() gave up after its 1 s bound.
 TEST_F(SameHost, APeerWhoseUserDrivesItsQueueButDoesNotPollAnswersARevocation) {
-  auto r = written_shareable();
+  MemoryRegion r;
+  ASSERT_NO_FATAL_FAILURE(written_shareable(r));
   ASSERT_EQ(peer_mappings(p->iep), 1u);
   {
     detail::MutexLock lock(p->iep.impl()->mu);
@@ -992,7 +993,8 @@ TEST_F(SameHost, ConnectionsTowardsOnePeerShareOnePeer) {
 // A connection that ends (here the target closes it) lets go of the peer:
 // nothing of the peer's zone stays mapped in the initiator.
 TEST_F(SameHost, AnEndedConnectionLeavesNothingOfThePeerMapped) {
-  auto mr = written_shareable();
+  MemoryRegion mr;
+  ASSERT_NO_FATAL_FAILURE(written_shareable(mr));
   ASSERT_EQ(mapped_ops(p->iep), 1u);
   // The owner's mapping and the initiator's.
   EXPECT_EQ(memfd_mappings("remora-region").size(), 2u);
@@ -1012,7 +1014,8 @@ TEST_F(SameHost, AnEndedConnectionLeavesNothingOfThePeerMapped) {
 }
 
 TEST_F(SameHost, ADisconnectingTargetIsUnmappedAtTheInitiatorBeforeDisconnectReturns) {
-  auto mr = written_shareable();
+  MemoryRegion mr;
+  ASSERT_NO_FATAL_FAILURE(written_shareable(mr));
   ASSERT_EQ(mapped_ops(p->iep), 1u);
   EXPECT_EQ(memfd_mappings("remora-region").size(), 2u);
   const std::uint64_t asked = revokes_sent(p->tep);
@@ -1032,7 +1035,8 @@ TEST_F(SameHost, ADisconnectingTargetIsUnmappedAtTheInitiatorBeforeDisconnectRet
 // every peer's mapping before it returns: an initiator that still holds the
 // mapping (dropped at its next miss) reaches nothing through it.
 TEST_F(SameHost, DeregisteringAnAllocatedRegionTakesItsPagesFromThePeer) {
-  auto mr = written_shareable(0x5C);
+  MemoryRegion mr;
+  ASSERT_NO_FATAL_FAILURE(written_shareable(mr, 0x5C));
   ASSERT_EQ(mapped_ops(p->iep), 1u);
   const void* at = nullptr;
   {
