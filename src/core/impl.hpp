@@ -24,6 +24,7 @@
 
 #include "check/check.hpp"
 #include "core/direct/direct.hpp"
+#include "core/direct/ring.hpp"
 #include "core/protocol/wire.hpp"
 #include "core/sync.hpp"
 #include "fabric/backend.hpp"
@@ -241,6 +242,15 @@ struct CqImpl {
   void detach(const EndpointImpl& ep) REMORA_EXCLUDES(sources_mu);
   /// `ep` owes work (its owes_work was just set): the next drive progresses it.
   void note_owing(const EndpointImpl& ep) REMORA_EXCLUDES(sources_mu);
+  // Sources with a same-host message ring, and their inboxes (EndpointImpl::
+  // inbox, kept alive here): a drive progresses those whose inbox is not
+  // idle (a peer process fills it, or rang its bell; no transport read
+  // reports that), and arm() does not sleep while one is not.
+  std::unordered_map<const EndpointImpl*, std::shared_ptr<const direct::Inbox>> ringed REMORA_GUARDED_BY(sources_mu);
+  /// `ep` (a source of this queue) got `inbox` (on), or is letting it go
+  /// (off): its bell joins or leaves the epoll set.
+  void watch_ring(const EndpointImpl& ep, const std::shared_ptr<direct::Inbox>& inbox, bool on)
+      REMORA_EXCLUDES(sources_mu);
 
   // The descriptor a waiter sleeps on (CompletionQueue::fd(), wait()): an
   // epoll set of the queue's eventfd and the transport wait fds of the
@@ -364,6 +374,9 @@ struct OpSlot : SlotBase {
   // transport finished (no longer `posted`) while the peer's acknowledgement
   // is still due waits in EndpointImpl::unacked.
   std::uint64_t msg_seq = 0;
+  // A send placed in the peer's inbox (same-host message ring): in flight
+  // until the peer's handled count covers it.
+  bool on_ring = false;
   /// Starts (or, for `local`, completes) only once every earlier operation
   /// on the endpoint has completed.
   bool waits_for_earlier() const noexcept { return fence || kind == Kind::local; }
@@ -514,6 +527,23 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   // Of those, the ones copied (or atomically stored) through this process's
   // own mapping of a shareable region (tests look at it).
   std::atomic<std::uint64_t> direct_mapped_ops{0};
+  // Same-host message rings (docs/design.md, "Same-host message rings"):
+  // this side's inbox (made and offered once the peer's table was taken;
+  // its bell is watched by the agent and the completion queues), the peer's
+  // inbox mapped as this side's outbox, whether the peer took this side's
+  // inbox (only then may sends use the outbox: the peer can ring this
+  // side's bell when it handled them), and the sends on the ring the peer
+  // has not acknowledged yet. While any is, every later operation that
+  // does not go on the ring waits (deferred), and a send goes on the ring
+  // only when nothing else is in flight: the peer sees one order.
+  std::shared_ptr<direct::Inbox> inbox REMORA_GUARDED_BY(mu);
+  std::unique_ptr<direct::Outbox> outbox REMORA_GUARDED_BY(mu);
+  bool inbox_taken REMORA_GUARDED_BY(mu) = false;
+  std::uint32_t ring_in_flight REMORA_GUARDED_BY(mu) = 0;
+  // Sends placed in the peer's inbox, and messages taken from this side's
+  // (tests look at them).
+  std::atomic<std::uint64_t> ring_sent{0};
+  std::atomic<std::uint64_t> ring_taken{0};
 
   // Read without mu by CqImpl::drive and arm, which then progress only the
   // endpoints that have something: the shared transport queue of the
@@ -600,6 +630,25 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// Place `s` (a write without immediate data, or a read) by the direct
   /// path if it can be: true when `s` is finished (completed or failed).
   bool try_direct(OpSlot& s) REMORA_REQUIRES(mu);
+  /// Same-host message rings. offer_inbox: make this side's inbox and offer
+  /// it (once the peer's table was taken); accept_ring_offer: map the
+  /// peer's as the outbox and answer.
+  void offer_inbox() REMORA_REQUIRES(mu);
+  void accept_ring_offer(const wire::Ctl& offer) REMORA_REQUIRES(mu);
+  /// Place send `s` in the outbox: `sent` (in flight until acknowledged),
+  /// `full` (every slot taken: it waits, deferred), `no` (not a ring send:
+  /// no outbox, something else in flight, too long).
+  enum class RingPut { sent, full, no };
+  RingPut try_ring(OpSlot& s) REMORA_REQUIRES(mu);
+  /// Take what the inbox holds, publish the handled count (ringing the
+  /// peer's bell) and believe the peer's count in the outbox. Returns the
+  /// messages taken.
+  int take_ring() REMORA_REQUIRES(mu);
+  /// Nothing waits in either ring and the bell is quiet (the rest of a
+  /// sleep check is the transport's).
+  bool ring_idle() REMORA_REQUIRES(mu);
+  /// Unmap both rings; this side's bell leaves the agent and the queues.
+  void drop_rings() REMORA_REQUIRES(mu);
   /// Handle every completion the transport already has.
   void drain() REMORA_REQUIRES(mu);
   /// Posts receive buffer `rxs` (again): 0, or the transport's error.
@@ -662,6 +711,13 @@ class Agent : public std::enable_shared_from_this<Agent> {
   /// fd is then the queue's, watched once for all of them), or null.
   void add(const std::shared_ptr<EndpointImpl>& ep, int fd, backend::SharedQueue* queue);
   void remove(EndpointImpl* ep, int fd, backend::SharedQueue* queue);
+  /// `ep`'s same-host inbox (its bell an eventfd a peer process writes)
+  /// joins (on) or leaves the agent's watch: when the bell fires, or a turn
+  /// finds the inbox not idle (while spinning the agent does not read its
+  /// epoll set), the agent progresses the endpoint even while a user drives
+  /// it (the user's own sleep set has the bell too, but the user may be
+  /// polling elsewhere).
+  void watch_ring(const EndpointImpl* ep, const std::shared_ptr<direct::Inbox>& inbox, bool on);
   void wake() noexcept;
   /// The eventfd a same-host peer rings, made and watched now (before
   /// start(): Fabric::create_zone publishes it in the zone's region table
@@ -761,7 +817,10 @@ class Agent : public std::enable_shared_from_this<Agent> {
   // epoll set carries the same key, so a wake names the endpoints to look at.
   std::unordered_map<const EndpointImpl*, Watched> endpoints_ REMORA_GUARDED_BY(mu_);
   std::vector<const EndpointImpl*> fresh_ REMORA_GUARDED_BY(mu_);  // added since the last turn: looked at once
-  bool cm_armed_ REMORA_GUARDED_BY(mu_) = true;                    // cm_wait_fd in the epoll set with EPOLLIN
+  // Same-host inboxes of the zone's endpoints (watch_ring), kept alive here
+  // so that a turn can look at them without the endpoints' locks.
+  std::unordered_map<const EndpointImpl*, std::shared_ptr<const direct::Inbox>> rings_ REMORA_GUARDED_BY(mu_);
+  bool cm_armed_ REMORA_GUARDED_BY(mu_) = true;  // cm_wait_fd in the epoll set with EPOLLIN
   std::uint64_t turn_ = 0;
 };
 

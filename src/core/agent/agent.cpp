@@ -192,6 +192,9 @@ void Agent::look_at(const EndpointImpl* ep) {
 namespace {
 std::uint64_t tag_of(const backend::SharedQueue* q) { return reinterpret_cast<std::uintptr_t>(q) | 1u; }
 bool is_queue_tag(std::uint64_t tag) { return tag != kCmTag && (tag & 1u) != 0; }
+// An endpoint's same-host ring bell (Agent::watch_bell).
+std::uint64_t bell_tag_of(const EndpointImpl* ep) { return reinterpret_cast<std::uintptr_t>(ep) | 2u; }
+bool is_bell_tag(std::uint64_t tag) { return tag != kDoorbellTag && (tag & 3u) == 2u; }
 }  // namespace
 
 void Agent::add(const std::shared_ptr<EndpointImpl>& ep, int fd, backend::SharedQueue* queue) {
@@ -224,6 +227,20 @@ void Agent::add(const std::shared_ptr<EndpointImpl>& ep, int fd, backend::Shared
   }
   fresh_.push_back(ep.get());
   wake();
+}
+
+void Agent::watch_ring(const EndpointImpl* ep, const std::shared_ptr<direct::Inbox>& inbox, bool on) {
+  MutexLock lock(mu_);
+  if (!on) {
+    epoll_ctl(epfd_, EPOLL_CTL_DEL, inbox->bell_fd(), nullptr);
+    rings_.erase(ep);
+    return;
+  }
+  rings_[ep] = inbox;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = bell_tag_of(ep);
+  epoll_ctl(epfd_, EPOLL_CTL_ADD, inbox->bell_fd(), &ev);
 }
 
 void Agent::set_queue_armed(backend::SharedQueue* q, WatchedQueue& wq, bool on) {
@@ -429,6 +446,13 @@ void Agent::run() {
       // nor wakes for them. New endpoints and those another thread reported
       // (look_at) count as taken: the agent looks at them itself.
       taken.insert(taken.end(), fresh_.begin(), fresh_.end());
+      // Same-host inboxes with messages or a rung bell: looked at and
+      // progressed (a look costs two loads per ring).
+      for (const auto& [raw, box] : rings_) {
+        if (box->idle()) continue;
+        taken.push_back(raw);
+        fired.push_back(raw);
+      }
       std::sort(taken.begin(), taken.end());
       auto consider = [&](const EndpointImpl* raw, Watched& w) {
         auto p = w.ep.lock();
@@ -607,6 +631,15 @@ void Agent::run() {
         continue;
       }
       linger_until = std::chrono::steady_clock::now() + kLinger;
+      if (is_bell_tag(tag)) {
+        // A peer process put messages in the endpoint's ring or handled
+        // ours: progressed even if a user drives it (progress quiets the
+        // bell, which would otherwise keep waking this thread).
+        const auto* ep = reinterpret_cast<const EndpointImpl*>(static_cast<std::uintptr_t>(tag & ~std::uint64_t{3}));
+        fired.push_back(ep);
+        taken.push_back(ep);
+        continue;
+      }
       if (is_queue_tag(tag))
         queues_to_pump.push_back(
             reinterpret_cast<backend::SharedQueue*>(static_cast<std::uintptr_t>(tag & ~std::uint64_t{1})));

@@ -302,6 +302,8 @@ std::shared_ptr<Peer> Peer::open(std::uint64_t pid, std::uint64_t fd, std::uint6
   return p;
 }
 
+int Peer::take_fd(int number) const noexcept { return static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd_, number, 0)); }
+
 int Peer::open_doorbell(int number) const noexcept {
   const int fd = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd_, number, 0));
   if (fd < 0) return -1;

@@ -211,6 +211,11 @@ class Peer {
   /// should answer even if its users drive the connection but are not
   /// polling now.
   void ring() noexcept;
+  /// The peer's descriptor `number`, taken into this process (pidfd_getfd):
+  /// the new descriptor, or -1 (errno set).
+  int take_fd(int number) const noexcept;
+  /// The same, but only if it is an eventfd (else -1, nothing kept).
+  int take_eventfd(int number) const noexcept { return open_doorbell(number); }
   /// The peer's table names a doorbell this process can open (tests).
   bool has_doorbell() const noexcept { return doorbell_ >= 0; }
 

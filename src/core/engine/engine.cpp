@@ -191,6 +191,7 @@ void EndpointImpl::release_slot(std::uint32_t i) {
   s.finished = false;
   s.reported = false;
   s.msg_seq = 0;
+  s.on_ring = false;
   if (s.check) s.check.reset();  // remora-check's record, if any
   ++s.generation;
   free_slots.push_back(i);
@@ -229,6 +230,17 @@ Result<void> EndpointImpl::submit(std::uint32_t index) {
   }
   if (s.kind == OpSlot::Kind::local) {
     complete(s, {});
+    return {};
+  }
+  switch (try_ring(s)) {
+    case RingPut::sent: return {};
+    case RingPut::full: deferred.push_back(index); return {};
+    case RingPut::no: break;
+  }
+  // Sends on the ring not yet acknowledged: this operation, which goes
+  // another way, waits until they are (the peer sees one order).
+  if (ring_in_flight > 0) {
+    deferred.push_back(index);
     return {};
   }
   if (try_direct(s)) return {};
@@ -329,6 +341,13 @@ void EndpointImpl::pump_deferred() {
       complete(s, {});
       continue;
     }
+    const RingPut put = try_ring(s);
+    if (put == RingPut::full) return;  // a slot frees when the peer takes a message
+    if (put == RingPut::sent) {
+      deferred.pop_front();
+      continue;
+    }
+    if (ring_in_flight > 0) return;  // goes by the transport once the ring's sends are acknowledged
     int rc = post_slot(s);
     if (rc == -EAGAIN) return;  // retried after the next completion
     deferred.pop_front();
@@ -375,6 +394,11 @@ void EndpointImpl::flush_all() {
   deferred.clear();
   unacked.clear();
   in_flight = 0;
+  // Nothing more goes on the peer's ring (this side's inbox stays watched
+  // until the connection is dropped: drop_rings).
+  outbox.reset();
+  inbox_taken = false;
+  ring_in_flight = 0;
   while (!receives.posted.empty()) {
     Completion c;
     c.cookie = receives.posted.front().cookie;
@@ -465,6 +489,9 @@ void EndpointImpl::handle(const backend::CqEntry& e) {
 }
 
 void EndpointImpl::drain() {
+  // Messages the peer put on the ring before it left are delivered too
+  // (first, as progress() takes them).
+  if (inbox) (void)take_ring();
   std::shared_lock<std::shared_mutex> transport(zone->transport_mu);
   backend::CqEntry entries[16];
   for (int n; conn && (n = conn->poll(entries)) > 0;)
@@ -477,6 +504,7 @@ int EndpointImpl::progress() {
   progress_calls.fetch_add(1, std::memory_order_relaxed);
   std::shared_lock<std::shared_mutex> transport(zone->transport_mu);
   int total = 0;
+  if (inbox || outbox) total += take_ring();
   backend::CqEntry entries[16];
   for (;;) {
     int n = conn->poll(entries);
@@ -503,14 +531,14 @@ bool EndpointImpl::ready_to_sleep() {
   std::shared_lock<std::shared_mutex> transport(zone->transport_mu);
   // An acknowledgement or reply the transport could not take yet is
   // retried rather than left until after a sleep.
-  return conn->try_wait() && msgs_acked == msgs_handled && pending_replies.empty();
+  return conn->try_wait() && msgs_acked == msgs_handled && pending_replies.empty() && ring_idle();
 }
 
 bool EndpointImpl::quiet_but_queue() {
   MutexLock lock(mu);
   if (!conn) return true;
   std::shared_lock<std::shared_mutex> transport(zone->transport_mu);
-  return conn->quiet() && msgs_acked == msgs_handled && pending_replies.empty();
+  return conn->quiet() && msgs_acked == msgs_handled && pending_replies.empty() && ring_idle();
 }
 
 void EndpointImpl::push_event(ConnectionEvent ev) {
@@ -626,6 +654,7 @@ void EndpointImpl::drop_connection() noexcept {
       state = EndpointState::disconnected;
     c = std::move(conn);
     receives.unmatched.clear();
+    drop_rings();
     direct_peer.reset();
     peer_said_bye = false;
     peer_max_message = 0;

@@ -155,6 +155,20 @@ void CqImpl::detach(const EndpointImpl& ep) {
   sources.erase(it);
 }
 
+void CqImpl::watch_ring(const EndpointImpl& ep, const std::shared_ptr<direct::Inbox>& inbox, bool on) {
+  {
+    MutexLock lock(sources_mu);
+    if (on)
+      ringed[&ep] = inbox;
+    else
+      ringed.erase(&ep);
+  }
+  if (on)
+    watch(inbox->bell_fd());
+  else
+    unwatch(inbox->bell_fd());
+}
+
 void CqImpl::note_owing(const EndpointImpl& ep) {
   MutexLock lock(sources_mu);
   auto it = sources.find(&ep);
@@ -204,9 +218,13 @@ void CqImpl::drive() {
   {
     MutexLock lock(sources_mu);
     for (const auto& [q, users] : shared_queues) l.queues.push_back(q);
-    // Endpoints with a transport queue of their own are each polled.
+    // Endpoints with a transport queue of their own are each polled, and
+    // so are those with a same-host ring (a peer process fills it).
     for (const EndpointImpl* raw : own_queue)
       if (auto p = sources.find(raw)->second.ep.lock()) l.eps.push_back(std::move(p));
+    for (const auto& [raw, box] : ringed)
+      if (auto it = sources.find(raw); it != sources.end() && !box->idle())
+        if (auto p = it->second.ep.lock()) l.eps.push_back(std::move(p));
   }
   // Endpoints on shared transport queues are progressed only when the read
   // of their queue left them something or they owe work: with thousands of
@@ -248,6 +266,8 @@ bool CqImpl::arm() {
     for (const auto& [q, users] : shared_queues) l.queues.push_back(q);
     for (const EndpointImpl* raw : own_queue)
       if (auto p = sources.find(raw)->second.ep.lock()) l.eps.push_back(std::move(p));
+    for (const auto& [raw, box] : ringed)
+      if (!box->idle()) ok = false;  // drive again rather than sleep
     // Work owed: drive again rather than sleep. (A listed endpoint is in
     // `sources`, whose entry detach() erases before the endpoint is gone.)
     for (const EndpointImpl* raw : owing)

@@ -83,6 +83,7 @@ void EndpointImpl::handle_request(const wire::Ctl& req) {
     return;
   }
   if (req.op == wire::op_direct_offer) return accept_direct_offer(req);
+  if (req.op == wire::op_ring_offer) return accept_ring_offer(req);
   if (req.op == wire::op_direct_revoke) {
     // The peer deregistered a region this side may have mapped, or is
     // closing the connection: the mappings go now (the peer waits for this
@@ -90,6 +91,9 @@ void EndpointImpl::handle_request(const wire::Ctl& req) {
     if (req.flush_type == wire::kRevokeConnection) {
       if (direct_peer) direct_why_not = "the peer closed the connection";
       direct_peer.reset();
+      // Its inbox goes too; sends still on it end with the connection.
+      outbox.reset();
+      inbox_taken = false;
     } else if (direct_peer) {
       direct_peer->drop_revoked();
     }
@@ -178,6 +182,7 @@ void EndpointImpl::handle_ack(std::uint64_t count) {
     }
     if (s.msg_seq > peer_handled) return;
     unacked.pop_front();
+    if (s.on_ring) --ring_in_flight;
     // The peer handled it: it completes now, as on RC hardware, where the
     // peer's acknowledgement makes the send's completion, before any answer
     // the peer sends after handling it. If the transport has not reported
@@ -193,6 +198,12 @@ void EndpointImpl::handle_reply(const wire::Ctl& rep) {
   if (rep.op == wire::op_direct_offer) {
     offer_answered = true;
     peer_maps_regions = rep.status == 0;
+    return;
+  }
+  if (rep.op == wire::op_ring_offer) {
+    inbox_taken = inbox && rep.status == 0;
+    if (inbox) inbox->close_fd();  // mapped by the peer, or never will be
+    if (inbox_taken) pump_deferred();
     return;
   }
   if (rep.op == wire::op_direct_revoke) {
@@ -255,6 +266,9 @@ void EndpointImpl::accept_direct_offer(const wire::Ctl& offer) {
   rep.status = direct_peer ? 0 : static_cast<std::uint16_t>(Errc::not_supported);
   pending_replies.push_back(rep);
   flush_replies();
+  // The peer is a process of this host this side can reach: offer it this
+  // side's inbox for its sends.
+  if (direct_peer) offer_inbox();
 }
 
 std::uint64_t EndpointImpl::ask_revoke(std::uint8_t what, std::shared_ptr<direct::Peer>& bell) {

@@ -33,7 +33,8 @@ CtlCheck parse_ctl(std::span<const std::uint8_t> bytes, Ctl& out) {
     case op_atomic_write:
     case op_bye:
     case op_direct_offer:
-    case op_direct_revoke: return CtlCheck::ok;
+    case op_direct_revoke:
+    case op_ring_offer: return CtlCheck::ok;
     case op_flush:
       return out.flush_type <= static_cast<std::uint8_t>(FlushType::persistent) ? CtlCheck::ok
                                                                                 : CtlCheck::unknown_flush;

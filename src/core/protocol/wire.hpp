@@ -75,7 +75,21 @@ inline std::uint64_t ack_count(std::uint64_t d) { return d & kAckCountMask; }
 // connection; the receiver lets go of the sender's table for it (the last
 // connection towards that table to do so unmaps the table and every region
 // mapped from it). No other field.
-enum CtlOp : std::uint8_t { op_atomic_write = 1, op_flush = 2, op_bye = 3, op_direct_offer = 4, op_direct_revoke = 5 };
+//
+// op_ring_offer (same-host message rings), sent by a side that took the
+// peer's op_direct_offer: key = its inbox's memfd number (low 32 bits) and
+// its bell's eventfd number (high 32) in its process, addr = the ring's
+// nonce, len = its slot count, value = its slot size. Its token names no
+// slot. Answered with status 0 when the receiver mapped the ring (it may
+// then place its sends there and ring the bell), not_supported otherwise.
+enum CtlOp : std::uint8_t {
+  op_atomic_write = 1,
+  op_flush = 2,
+  op_bye = 3,
+  op_direct_offer = 4,
+  op_direct_revoke = 5,
+  op_ring_offer = 6
+};
 constexpr std::uint8_t kRevokeRegions = 0, kRevokeConnection = 1;
 struct Ctl {
   std::uint32_t magic;

@@ -1,0 +1,214 @@
+// Same-host message rings (ring.hpp; docs/design.md, "Same-host message
+// rings").
+#include "core/direct/ring.hpp"
+
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "core/direct/direct.hpp"
+
+namespace remora::detail::direct {
+namespace {
+
+std::size_t stride_of(std::size_t slot_size) noexcept { return (sizeof(RingSlot) + slot_size + 63) & ~std::size_t{63}; }
+
+std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+}  // namespace
+
+std::size_t ring_slots(std::size_t max_recv, std::size_t slot_size) noexcept {
+  if (slot_size == 0 || slot_size > kRingMaxSlot || max_recv == 0) return 0;
+  std::size_t n = std::min(max_recv, kRingBytes / stride_of(slot_size));
+  if (n == 0) return 0;
+  return std::bit_floor(n);
+}
+
+// ---- owner ----
+
+std::unique_ptr<Inbox> Inbox::create(std::size_t slots, std::size_t slot_size, std::string& why) {
+  if (slots == 0 || !std::has_single_bit(slots) || slot_size == 0 || slot_size > kRingMaxSlot) {
+    why = "no ring for messages of this size";
+    return nullptr;
+  }
+  std::unique_ptr<Inbox> b(new Inbox());
+  b->slots_ = slots;
+  b->slot_size_ = slot_size;
+  b->stride_ = stride_of(slot_size);
+  b->bytes_ = sizeof(RingHeader) + slots * b->stride_;
+  b->fd_ = static_cast<int>(::memfd_create("remora-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (b->fd_ < 0) {
+    why = errno_text("memfd_create");
+    return nullptr;
+  }
+  // Sealed at its size: the peer holds the descriptor too, and a ring it
+  // shrank would fault here.
+  if (::ftruncate(b->fd_, static_cast<off_t>(b->bytes_)) != 0 ||
+      ::fcntl(b->fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    why = errno_text("ftruncate");
+    return nullptr;
+  }
+  void* m = ::mmap(nullptr, b->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd_, 0);
+  if (m == MAP_FAILED) {
+    why = errno_text("mmap");
+    return nullptr;
+  }
+  b->map_ = m;
+  b->bell_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (b->bell_ < 0) {
+    why = errno_text("eventfd");
+    return nullptr;
+  }
+  std::random_device rd;
+  std::uint64_t nonce = 0;
+  while (nonce == 0) nonce = (std::uint64_t{rd()} << 32) | rd();
+  RingHeader* h = b->header();  // the file starts zeroed
+  h->nonce.store(nonce, std::memory_order_relaxed);
+  h->slots.store(slots, std::memory_order_relaxed);
+  h->slot_size.store(slot_size, std::memory_order_relaxed);
+  h->magic.store(kRingMagic, std::memory_order_release);
+  return b;
+}
+
+Inbox::~Inbox() {
+  if (map_ != nullptr) ::munmap(map_, bytes_);
+  if (fd_ >= 0) ::close(fd_);
+  if (bell_ >= 0) ::close(bell_);
+}
+
+std::uint64_t Inbox::nonce() const noexcept { return header()->nonce.load(std::memory_order_relaxed); }
+
+Inbox::Next Inbox::next(std::span<const std::uint8_t>& bytes, std::uint64_t& data) noexcept {
+  // Sequentially consistent with the sender's publish-then-look (Outbox::
+  // put): either the sender sees this side's last head and rings the bell,
+  // or this load sees its message.
+  const std::uint64_t tail = header()->tail.load(std::memory_order_seq_cst);
+  if (tail == head_) return Next::none;
+  if (tail - head_ > slots_) return Next::broken;  // more than the ring holds: not a Remora sender
+  auto* slot =
+      reinterpret_cast<RingSlot*>(static_cast<char*>(map_) + sizeof(RingHeader) + (head_ & (slots_ - 1)) * stride_);
+  const std::uint64_t len = slot->len.load(std::memory_order_relaxed);
+  if (len > slot_size_) return Next::broken;
+  data = slot->data.load(std::memory_order_relaxed);
+  bytes = {reinterpret_cast<const std::uint8_t*>(slot + 1), static_cast<std::size_t>(len)};
+  return Next::message;
+}
+
+void Inbox::pop() noexcept {
+  ++head_;
+  header()->head.store(head_, std::memory_order_seq_cst);
+}
+
+void Inbox::publish_handled(std::uint64_t n) noexcept { header()->handled.store(n, std::memory_order_release); }
+
+void Inbox::quiet_bell() noexcept {
+  if (header()->bell.load(std::memory_order_relaxed) == 0) return;
+  if (header()->bell.exchange(0, std::memory_order_acq_rel) == 0) return;
+  std::uint64_t v = 0;
+  [[maybe_unused]] auto n = ::read(bell_, &v, sizeof v);  // nonblocking: EAGAIN when already empty
+}
+
+bool Inbox::idle() const noexcept {
+  const RingHeader* h = header();
+  return h->tail.load(std::memory_order_seq_cst) == h->head.load(std::memory_order_seq_cst) &&
+         h->bell.load(std::memory_order_acquire) == 0;
+}
+
+void Inbox::close_fd() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+// ---- sender ----
+
+std::unique_ptr<Outbox> Outbox::open(const Peer& peer, int fd, int bell, std::uint64_t nonce, std::size_t slots,
+                                     std::size_t slot_size, std::string& why) {
+  if (slots == 0 || !std::has_single_bit(slots) || slot_size == 0 || slot_size > kRingMaxSlot ||
+      slots * stride_of(slot_size) > kRingBytes || nonce == 0) {
+    why = "malformed ring offer";
+    return nullptr;
+  }
+  std::unique_ptr<Outbox> o(new Outbox());
+  o->slots_ = slots;
+  o->slot_size_ = slot_size;
+  o->stride_ = stride_of(slot_size);
+  o->bytes_ = sizeof(RingHeader) + slots * o->stride_;
+  const int rfd = peer.take_fd(fd);
+  if (rfd < 0) {
+    why = errno_text("pidfd_getfd (ring)");
+    return nullptr;
+  }
+  struct stat st {};
+  if (::fstat(rfd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != o->bytes_) {
+    ::close(rfd);
+    why = "the offered descriptor is not a ring of the offered size";
+    return nullptr;
+  }
+  void* m = ::mmap(nullptr, o->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, rfd, 0);
+  ::close(rfd);
+  if (m == MAP_FAILED) {
+    why = errno_text("mmap (ring)");
+    return nullptr;
+  }
+  o->map_ = m;
+  const RingHeader* h = o->header();
+  if (h->magic.load(std::memory_order_acquire) != kRingMagic || h->nonce.load(std::memory_order_relaxed) != nonce ||
+      h->slots.load(std::memory_order_relaxed) != slots || h->slot_size.load(std::memory_order_relaxed) != slot_size) {
+    why = "the offered descriptor is not the peer's ring (magic, nonce or geometry)";
+    return nullptr;
+  }
+  o->tail_ = h->tail.load(std::memory_order_relaxed);
+  o->bell_ = peer.take_eventfd(bell);
+  if (o->bell_ < 0) {
+    why = "the offered bell is not an eventfd of the peer";
+    return nullptr;
+  }
+  return o;
+}
+
+Outbox::~Outbox() {
+  if (map_ != nullptr) ::munmap(map_, bytes_);
+  if (bell_ >= 0) ::close(bell_);
+}
+
+bool Outbox::put(std::span<const backend::Iov> iov, std::size_t total, std::uint64_t data) noexcept {
+  RingHeader* h = header();
+  if (total > slot_size_ || tail_ - h->head.load(std::memory_order_acquire) >= slots_) return false;
+  auto* slot =
+      reinterpret_cast<RingSlot*>(static_cast<char*>(map_) + sizeof(RingHeader) + (tail_ & (slots_ - 1)) * stride_);
+  auto* out = reinterpret_cast<std::uint8_t*>(slot + 1);
+  std::size_t at = 0;
+  for (const auto& v : iov) {
+    const std::size_t n = std::min(v.len, total - at);
+    std::memcpy(out + at, v.addr, n);
+    at += n;
+    if (at == total) break;
+  }
+  slot->len.store(total, std::memory_order_relaxed);
+  slot->data.store(data, std::memory_order_relaxed);
+  const std::uint64_t was = tail_++;
+  h->tail.store(tail_, std::memory_order_seq_cst);
+  // The owner took everything before this message: it may be asleep.
+  if (h->head.load(std::memory_order_seq_cst) == was) ring();
+  return true;
+}
+
+bool Outbox::full() const noexcept { return tail_ - header()->head.load(std::memory_order_acquire) >= slots_; }
+
+std::uint64_t Outbox::handled() const noexcept { return header()->handled.load(std::memory_order_acquire); }
+
+void Outbox::ring() noexcept {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(bell_, &one, sizeof one);
+  // After the write: the owner empties the bell only once it sees this.
+  header()->bell.store(1, std::memory_order_release);
+}
+
+}  // namespace remora::detail::direct

@@ -1,0 +1,150 @@
+// src/core/direct/ring.hpp - same-host message rings (docs/design.md,
+// "Same-host message rings"): when both ends of a connection took each
+// other's direct offer, each side also offers an inbox, a ring of message
+// slots in a memfd of its own with an eventfd (the bell) that its agent and
+// completion queues watch. The peer maps it (pidfd_getfd) as its outbox and
+// places its sends there, copying once, instead of sending them over the
+// transport; the owner takes them in its progress, in order, and publishes
+// how many receive-consuming messages it has handled (the acknowledgement
+// that completes a send), then rings the sender's bell.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "fabric/backend.hpp"
+
+namespace remora::detail::direct {
+
+class Peer;
+
+/// The ring's first 256 bytes. Each field one side writes sits on its own
+/// cache line. Every field a lock-free atomic, the same in both processes.
+struct RingHeader {
+  std::atomic<std::uint64_t> magic;
+  std::atomic<std::uint64_t> nonce;
+  std::atomic<std::uint64_t> slots;      // a power of two
+  std::atomic<std::uint64_t> slot_size;  // payload bytes per slot
+  std::atomic<std::uint64_t> pad0[4];
+  // Written by the sender: messages published (monotonic).
+  alignas(64) std::atomic<std::uint64_t> tail;
+  // Set to 1 by whoever wrote to the owner's bell, after the write; the
+  // owner swaps it to 0 and then empties the eventfd.
+  std::atomic<std::uint64_t> bell;
+  std::atomic<std::uint64_t> pad1[6];
+  // Written by the owner: messages taken out of the ring (their slots are
+  // free again) and receive-consuming messages of the connection handled
+  // (over the ring and the transport), the count a send completes on.
+  alignas(64) std::atomic<std::uint64_t> head;
+  std::atomic<std::uint64_t> handled;
+  std::atomic<std::uint64_t> pad2[6];
+  std::atomic<std::uint64_t> pad3[8];
+};
+static_assert(sizeof(RingHeader) == 256);
+
+/// A slot: the message's length and 64-bit data (its kind and immediate
+/// data, as over the transport), then the payload.
+struct RingSlot {
+  std::atomic<std::uint64_t> len;
+  std::atomic<std::uint64_t> data;
+};
+static_assert(sizeof(RingSlot) == 16);
+
+constexpr std::uint64_t kRingMagic = 0x524d524e31000001ull;  // "RMRN1" + layout 1
+/// Rings are offered for messages of at most this many bytes, and at most
+/// kRingBytes of slots per connection (fewer slots for larger messages).
+constexpr std::size_t kRingMaxSlot = 1u << 20;
+constexpr std::size_t kRingBytes = 4u << 20;
+
+/// The slots and slot size a ring gets for `max_recv` receives of
+/// `slot_size` bytes: 0 slots when no ring is made for such messages.
+std::size_t ring_slots(std::size_t max_recv, std::size_t slot_size) noexcept;
+
+/// The owner's side: messages from the peer.
+class Inbox {
+ public:
+  /// Null (and `why` set) when the memfd, its mapping or the eventfd cannot
+  /// be made.
+  static std::unique_ptr<Inbox> create(std::size_t slots, std::size_t slot_size, std::string& why);
+  ~Inbox();
+  Inbox(const Inbox&) = delete;
+  Inbox& operator=(const Inbox&) = delete;
+
+  int fd() const noexcept { return fd_; }
+  /// The peer answered the offer (it mapped the ring or will not): the
+  /// descriptor is not needed any more (the mapping stays).
+  void close_fd() noexcept;
+  int bell_fd() const noexcept { return bell_; }
+  std::uint64_t nonce() const noexcept;
+  std::size_t slots() const noexcept { return slots_; }
+  std::size_t slot_size() const noexcept { return slot_size_; }
+
+  /// The oldest message published and not yet taken: `message` with its
+  /// bytes (valid until pop()) and data; `none`; or `broken` when the
+  /// sender broke the ring's rules (a count or length out of range).
+  enum class Next { none, message, broken };
+  Next next(std::span<const std::uint8_t>& bytes, std::uint64_t& data) noexcept;
+  /// Free the slot of the message next() returned. A caller that takes
+  /// until next() says `none` has looked at `tail` after its last `head`
+  /// (the other half of the sender's publish-then-look, Outbox::put).
+  void pop() noexcept;
+  /// Publish `n` as the count of receive-consuming messages handled.
+  void publish_handled(std::uint64_t n) noexcept;
+  /// Empty the bell if a peer rang it since the last look (a system call
+  /// only then).
+  void quiet_bell() noexcept;
+  /// Nothing published and not taken, the bell not rung (since the last
+  /// quiet_bell). Safe from any thread while the Inbox lives: a completion
+  /// queue's drive asks it without the endpoint's lock. The peer rings the
+  /// bell after each new handled count it publishes for this side's sends,
+  /// so this also says no acknowledgement is waiting.
+  bool idle() const noexcept;
+
+ private:
+  Inbox() = default;
+  int fd_ = -1;
+  int bell_ = -1;
+  void* map_ = nullptr;
+  std::size_t bytes_ = 0, slots_ = 0, slot_size_ = 0, stride_ = 0;
+  std::uint64_t head_ = 0;  // the owner's copy of header()->head
+  RingHeader* header() const noexcept { return static_cast<RingHeader*>(map_); }
+};
+
+/// The sender's side: the peer's inbox, mapped.
+class Outbox {
+ public:
+  /// The inbox the peer offered (its descriptor and bell numbers in the
+  /// peer's process, taken through `peer`'s pidfd), checked against the
+  /// offered nonce and geometry. Null, with `why` set, when it cannot be.
+  static std::unique_ptr<Outbox> open(const Peer& peer, int fd, int bell, std::uint64_t nonce, std::size_t slots,
+                                      std::size_t slot_size, std::string& why);
+  ~Outbox();
+  Outbox(const Outbox&) = delete;
+  Outbox& operator=(const Outbox&) = delete;
+
+  std::size_t slot_size() const noexcept { return slot_size_; }
+  /// Place one message (the gather list, `total` bytes, at most
+  /// slot_size()) and publish it; rings the owner's bell when the ring was
+  /// empty (the owner may be asleep). False when every slot is taken.
+  bool put(std::span<const backend::Iov> iov, std::size_t total, std::uint64_t data) noexcept;
+  /// Every slot is taken (put would return false).
+  bool full() const noexcept;
+  /// The owner's count of receive-consuming messages handled.
+  std::uint64_t handled() const noexcept;
+  /// Wake the owner (its bell).
+  void ring() noexcept;
+
+ private:
+  Outbox() = default;
+  int bell_ = -1;  // the owner's eventfd, taken into this process
+  void* map_ = nullptr;
+  std::size_t bytes_ = 0, slots_ = 0, slot_size_ = 0, stride_ = 0;
+  std::uint64_t tail_ = 0;  // this side's copy of header()->tail
+  RingHeader* header() const noexcept { return static_cast<RingHeader*>(map_); }
+};
+
+}  // namespace remora::detail::direct

@@ -1,0 +1,405 @@
+// Same-host message rings (docs/design.md, "Same-host message rings"): once
+// both ends of a connection took each other's direct offer, sends are
+// placed in the peer's inbox (a memfd ring) instead of going over tcp. Both
+// zones of a Pair live in this process: pidfd_getfd on our own pid and the
+// shared mappings exercise the real path.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "core/impl.hpp"
+#include "unit_support.hpp"
+
+namespace {
+
+using namespace unit;
+
+/// Wait until `ep` may place sends in its peer's inbox (the offers travel
+/// in band after the connection is established).
+bool ring_ready(const Endpoint& ep, std::chrono::milliseconds timeout = kWait) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    {
+      detail::MutexLock lock(ep.impl()->mu);
+      if (ep.impl()->outbox && ep.impl()->inbox_taken) return true;
+    }
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
+std::uint64_t ring_sent(const Endpoint& ep) { return ep.impl()->ring_sent.load(); }
+std::uint64_t ring_taken(const Endpoint& ep) { return ep.impl()->ring_taken.load(); }
+
+class Rings : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::setenv("REMORA_SAMEHOST", "1", 1);
+    PairOptions o;
+    o.target_size = o.local_size = 64 * 1024;
+    o.target.max_recv = 32;  // a ring of 32 slots at the target
+    p = std::make_unique<Pair>(o);
+    ASSERT_TRUE(ring_ready(p->iep)) << "the initiator never got the target's ring";
+    ASSERT_TRUE(ring_ready(p->tep)) << "the target never got the initiator's ring";
+  }
+  void TearDown() override { ::unsetenv("REMORA_SAMEHOST"); }
+  std::unique_ptr<Pair> p;
+};
+
+// Sends with and without immediate data, from gather lists, arrive in
+// order with their bytes, lengths and immediate data, and complete at the
+// sender in order; none went over the transport.
+TEST_F(Rings, SendsArriveInOrderWithTheirBytesAndImmediateData) {
+  constexpr int kN = 40;  // more than the ring's 32 slots: it wraps
+  for (int i = 0; i < kN; ++i) {
+    Segment r(p->tmr, 1024 * static_cast<std::size_t>(i % 32), 1024);
+    if (i >= 32) break;
+    ASSERT_OK(p->tep.recv({&r, 1}, 1000 + i));
+  }
+  std::vector<Completion> got;
+  for (int i = 0; i < kN; ++i) {
+    const std::size_t len = 10 + 17 * static_cast<std::size_t>(i);
+    const auto src = pattern(len, static_cast<std::uint8_t>(i));
+    std::memcpy(p->local_mem.data() + 2048 * static_cast<std::size_t>(i % 16), src.data(), len);
+    const std::size_t first = len / 3;
+    Segment g[2] = {Segment(p->lmr, 2048 * static_cast<std::size_t>(i % 16), first),
+                    Segment(p->lmr, 2048 * static_cast<std::size_t>(i % 16) + first, len - first)};
+    if (i % 2)
+      ASSERT_OK(p->iep.send_imm(g, 0xA000u + static_cast<std::uint32_t>(i), static_cast<std::uint64_t>(i)));
+    else
+      ASSERT_OK(p->iep.send(g, static_cast<std::uint64_t>(i)));
+    // Each buffer is reused 16 sends later: wait for its send to complete.
+    if (i % 16 == 15) {
+      auto c = collect(p->icq, 16);
+      got.insert(got.end(), c.begin(), c.end());
+    }
+    if (i == 31) {
+      // The target reposts the 8 receives the last sends need.
+      auto t = collect(p->tcq, 32);
+      ASSERT_EQ(t.size(), 32u) << describe(t);
+      for (int k = 0; k < 32; ++k) {
+        EXPECT_EQ(t[k].cookie, 1000u + k);
+        EXPECT_FALSE(t[k].status) << describe(t[k]);
+        EXPECT_EQ(t[k].length, 10u + 17u * k);
+        EXPECT_EQ(t[k].has_imm, k % 2 == 1);
+        if (k % 2) {
+          EXPECT_EQ(t[k].imm, 0xA000u + k);
+        }
+        EXPECT_EQ(0, std::memcmp(p->target_mem.data() + 1024 * k, pattern(10 + 17 * k, k).data(), 10 + 17 * k))
+            << "message " << k;
+      }
+      for (int k = 32; k < kN; ++k) {
+        Segment r(p->tmr, 1024 * static_cast<std::size_t>(k - 32), 1024);
+        ASSERT_OK(p->tep.recv({&r, 1}, 1000 + k));
+      }
+    }
+  }
+  auto c = collect(p->icq, kN - got.size());
+  got.insert(got.end(), c.begin(), c.end());
+  ASSERT_EQ(got.size(), static_cast<std::size_t>(kN)) << describe(got);
+  for (int i = 0; i < kN; ++i) {
+    EXPECT_EQ(got[i].cookie, static_cast<std::uint64_t>(i));
+    EXPECT_FALSE(got[i].status) << describe(got[i]);
+  }
+  auto t = collect(p->tcq, kN - 32);
+  ASSERT_EQ(t.size(), static_cast<std::size_t>(kN - 32)) << describe(t);
+  for (int k = 32; k < kN; ++k) {
+    EXPECT_EQ(t[k - 32].cookie, 1000u + k);
+    EXPECT_EQ(t[k - 32].length, 10u + 17u * k);
+    EXPECT_EQ(0, std::memcmp(p->target_mem.data() + 1024 * (k - 32), pattern(10 + 17 * k, k).data(), 10 + 17 * k));
+  }
+  EXPECT_EQ(ring_sent(p->iep), static_cast<std::uint64_t>(kN));
+  EXPECT_EQ(ring_taken(p->tep), static_cast<std::uint64_t>(kN));
+}
+
+// A message longer than the posted receive: length_error at the receiver,
+// as over the transport.
+TEST_F(Rings, LengthRulesAreTheTransportsOnes) {
+  Segment r(p->tmr, 0, 8);
+  ASSERT_OK(p->tep.recv({&r, 1}, 1));
+  Segment s(p->lmr, 0, 100);
+  ASSERT_OK(p->iep.send({&s, 1}, 2));
+  auto t = collect(p->tcq, 1);
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].status, make_error_code(Errc::length_error)) << describe(t[0]);
+  auto c = collect(p->icq, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_FALSE(c[0].status);
+  EXPECT_EQ(ring_sent(p->iep), 1u);
+}
+
+// A message that arrives before any receive is posted is held, and the
+// sender's send completes (it was handled), as over the transport.
+TEST_F(Rings, AMessageWithoutAReceiveIsHeldAndTheSendCompletes) {
+  const auto src = pattern(300, 9);
+  std::memcpy(p->local_mem.data(), src.data(), src.size());
+  Segment s(p->lmr, 0, 300);
+  ASSERT_OK(p->iep.send({&s, 1}, 5));
+  auto c = collect(p->icq, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_FALSE(c[0].status);
+  Segment r(p->tmr, 0, 512);
+  ASSERT_OK(p->tep.recv({&r, 1}, 6));
+  auto t = collect(p->tcq, 1);
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].length, 300u);
+  EXPECT_EQ(0, std::memcmp(p->target_mem.data(), src.data(), 300));
+  EXPECT_EQ(ring_sent(p->iep), 1u);
+}
+
+// Zones without progress threads: the test decides when each side runs, so
+// it can hold messages in the ring.
+class RingsDriven : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::setenv("REMORA_SAMEHOST", "1", 1);
+    fabric = MUST(Fabric::open());
+    ZoneOptions zo;
+    zo.progress_thread = false;
+    tz = MUST(fabric.create_zone(zo));
+    iz = MUST(fabric.create_zone(zo));
+    tcq = MUST(tz.create_cq());
+    icq = MUST(iz.create_cq());
+    tmem.assign(64 * 1024, 0);
+    imem.assign(64 * 1024, 0);
+    tmr = MUST(tz.register_memory(tmem.data(), tmem.size(), Access::all));
+    imr = MUST(iz.register_memory(imem.data(), imem.size(), kLocal));
+    rr = MUST(tmr.remote());
+    lis = MUST(tz.listen("127.0.0.1", 0));
+    EndpointOptions to;
+    to.send_cq = &tcq;
+    to.max_recv = 4;  // a ring of 4 slots at the target
+    EndpointOptions io;
+    io.send_cq = &icq;
+    tep = MUST(tz.create_endpoint(to));
+    iep = MUST(iz.create_endpoint(io));
+    ASSERT_OK(iep.connect("127.0.0.1", lis.port()));
+    Result<ConnectionRequest> req = Errc::timeout;
+    for (int i = 0; i < 5000 && !req; ++i) {
+      settle(1);
+      req = lis.next_request(1ms);
+    }
+    ASSERT_TRUE(req.ok()) << "no connection request";
+    ASSERT_OK(req->accept(tep));
+    for (int i = 0; i < 5000 && !(ready(iep) && ready(tep)); ++i) settle(1);
+    ASSERT_TRUE(ready(iep) && ready(tep)) << "the rings were never set up";
+    ASSERT_EQ(MUST(iep.next_event(0ms)).type, ConnectionEventType::established);
+    ASSERT_EQ(MUST(tep.next_event(0ms)).type, ConnectionEventType::established);
+  }
+  void TearDown() override { ::unsetenv("REMORA_SAMEHOST"); }
+  static bool ready(const Endpoint& ep) {
+    detail::MutexLock lock(ep.impl()->mu);
+    return ep.impl()->outbox && ep.impl()->inbox_taken;
+  }
+  void settle(int rounds = 50) {
+    for (int i = 0; i < rounds; ++i) {
+      (void)tz.progress();
+      (void)iz.progress();
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+  /// Every completion of `cq` the zones make within `rounds` rounds.
+  std::vector<Completion> take(CompletionQueue& cq, std::size_t n, int rounds = 2000) {
+    std::vector<Completion> out;
+    for (int i = 0; i < rounds && out.size() < n; ++i) {
+      settle(1);
+      Completion buf[16];
+      const std::size_t n = cq.poll(buf);
+      out.insert(out.end(), buf, buf + n);
+    }
+    return out;
+  }
+  Fabric fabric;
+  ProtectionZone tz, iz;
+  CompletionQueue tcq, icq;
+  std::vector<std::uint8_t> tmem, imem;
+  MemoryRegion tmr, imr;
+  RemoteRegion rr;
+  Listener lis;
+  Endpoint tep, iep;
+};
+
+// A full ring holds the sender's later sends back (deferred, in order) until
+// the receiver takes messages; nothing is lost or reordered.
+TEST_F(RingsDriven, AFullRingHoldsLaterSendsBackInOrder) {
+  for (int i = 0; i < 10; ++i) {
+    imem[i] = static_cast<std::uint8_t>(0x40 + i);
+    Segment s(imr, static_cast<std::size_t>(i), 1);
+    ASSERT_OK(iep.send({&s, 1}, static_cast<std::uint64_t>(i)));
+  }
+  // Only the initiator runs: four messages fill the target's ring.
+  for (int i = 0; i < 20; ++i) (void)iz.progress();
+  EXPECT_EQ(ring_sent(iep), 4u);
+  Completion buf[16];
+  EXPECT_EQ(icq.poll(buf), 0u) << "a send completed before the target handled it";
+  // The target posts its receives four at a time (its max_recv).
+  std::vector<Completion> t;
+  for (int i = 0; i < 10; i += 4) {
+    for (int k = i; k < std::min(i + 4, 10); ++k) {
+      Segment r(tmr, static_cast<std::size_t>(k), 1);
+      ASSERT_OK(tep.recv({&r, 1}, 100 + static_cast<std::uint64_t>(k)));
+    }
+    auto got = take(tcq, static_cast<std::size_t>(std::min(4, 10 - i)));
+    t.insert(t.end(), got.begin(), got.end());
+  }
+  ASSERT_EQ(t.size(), 10u) << describe(t);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(t[i].cookie, 100u + i);
+    EXPECT_EQ(tmem[i], 0x40 + i) << i;
+  }
+  auto c = take(icq, 10);
+  ASSERT_EQ(c.size(), 10u) << describe(c);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(c[i].cookie, static_cast<std::uint64_t>(i));
+  EXPECT_EQ(ring_sent(iep), 10u);
+}
+
+// An operation that goes by the transport (a write with immediate data,
+// which consumes a receive too) waits behind sends still on the ring: the
+// receiver sees the send first, as it was posted first. And a send behind
+// the transport's operation goes by the transport, after it.
+TEST_F(RingsDriven, TheReceiverSeesOneOrderAcrossTheRingAndTheTransport) {
+  Segment s(imr, 0, 16);
+  ASSERT_OK(iep.send({&s, 1}, 1));
+  Segment w(imr, 0, 8);
+  ASSERT_OK(iep.write_imm({&w, 1}, rr, 4096, 77, 2));
+  ASSERT_OK(iep.send({&s, 1}, 3));
+  for (int i = 0; i < 20; ++i) (void)iz.progress();
+  EXPECT_EQ(ring_sent(iep), 1u) << "only the first send may be on the ring before it is acknowledged";
+  {
+    detail::MutexLock lock(iep.impl()->mu);
+    EXPECT_EQ(iep.impl()->deferred.size(), 2u) << "the write and the send must wait behind the send on the ring";
+    EXPECT_EQ(iep.impl()->in_flight, 1u);
+  }
+  for (int i = 0; i < 3; ++i) {
+    Segment r(tmr, 64 * static_cast<std::size_t>(i), 64);
+    ASSERT_OK(tep.recv({&r, 1}, 100 + static_cast<std::uint64_t>(i)));
+  }
+  auto t = take(tcq, 3);
+  ASSERT_EQ(t.size(), 3u) << describe(t);
+  EXPECT_EQ(t[0].op, Opcode::recv);
+  EXPECT_EQ(t[1].op, Opcode::recv_write_imm);
+  EXPECT_EQ(t[1].imm, 77u);
+  EXPECT_EQ(t[2].op, Opcode::recv);
+  auto c = take(icq, 3);
+  ASSERT_EQ(c.size(), 3u) << describe(c);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(c[i].cookie, static_cast<std::uint64_t>(i + 1));
+    EXPECT_FALSE(c[i].status) << describe(c[i]);
+  }
+}
+
+// Messages the sender put on the ring before it disconnected are delivered
+// before the receiver reports the disconnection.
+TEST_F(RingsDriven, MessagesOnTheRingArriveBeforeTheDisconnection) {
+  Segment s(imr, 0, 16);
+  for (int i = 0; i < 3; ++i) ASSERT_OK(iep.send({&s, 1}, static_cast<std::uint64_t>(i)));
+  for (int i = 0; i < 20; ++i) (void)iz.progress();
+  EXPECT_EQ(ring_sent(iep), 3u);
+  ASSERT_OK(iep.disconnect());
+  for (int i = 0; i < 3; ++i) {
+    Segment r(tmr, 64 * static_cast<std::size_t>(i), 64);
+    ASSERT_OK(tep.recv({&r, 1}, 100 + static_cast<std::uint64_t>(i)));
+  }
+  auto t = take(tcq, 3);
+  ASSERT_EQ(t.size(), 3u) << describe(t);
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(t[i].status) << describe(t[i]);
+  settle(100);
+  auto ev = tep.next_event(0ms);
+  ASSERT_TRUE(ev.ok());
+  EXPECT_EQ(ev->type, ConnectionEventType::disconnected);
+}
+
+// The end of the connection handled before the endpoint was progressed (the
+// transport's shutdown event read first): the messages on the ring are
+// still delivered, before the end is reported.
+TEST_F(RingsDriven, AnEndHandledFirstStillDeliversTheRing) {
+  Segment s(imr, 0, 16);
+  for (int i = 0; i < 3; ++i) ASSERT_OK(iep.send({&s, 1}, static_cast<std::uint64_t>(i)));
+  EXPECT_EQ(ring_sent(iep), 3u);
+  for (int i = 0; i < 3; ++i) {
+    Segment r(tmr, 64 * static_cast<std::size_t>(i), 64);
+    ASSERT_OK(tep.recv({&r, 1}, 100 + static_cast<std::uint64_t>(i)));
+  }
+  std::uint64_t gen = 0;
+  {
+    detail::MutexLock lock(tep.impl()->mu);
+    gen = tep.impl()->conn_gen;
+  }
+  remora::backend::CmEvent ev;
+  ev.kind = remora::backend::CmEvent::shutdown;
+  tep.impl()->on_cm_event(ev, gen);
+  EXPECT_EQ(ring_taken(tep), 3u);
+  Completion buf[8];
+  ASSERT_EQ(tcq.poll(buf), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(buf[i].cookie, 100u + i);
+    EXPECT_FALSE(buf[i].status) << describe(buf[i]);
+  }
+  auto end = tep.next_event(0ms);
+  ASSERT_TRUE(end.ok());
+  EXPECT_EQ(end->type, ConnectionEventType::lost);
+}
+
+// Something in the ring that is not a user message breaks the protocol:
+// the receiver ends the connection (lost), nothing is delivered.
+TEST_F(RingsDriven, AnythingButAUserMessageOnTheRingEndsTheConnection) {
+  Segment r(tmr, 0, 64);
+  ASSERT_OK(tep.recv({&r, 1}, 1));
+  {
+    detail::MutexLock lock(iep.impl()->mu);
+    const std::uint8_t junk[8] = {};
+    remora::backend::Iov v{const_cast<std::uint8_t*>(junk), sizeof junk, nullptr};
+    ASSERT_TRUE(iep.impl()->outbox->put({&v, 1}, sizeof junk, detail::wire::data(detail::wire::ctl_request)));
+  }
+  settle(100);
+  EXPECT_EQ(tep.state(), EndpointState::error);
+  auto ev = tep.next_event(0ms);
+  ASSERT_TRUE(ev.ok());
+  EXPECT_EQ(ev->type, ConnectionEventType::lost);
+  auto t = take(tcq, 1, 50);
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].status, make_error_code(Errc::flushed)) << describe(t[0]);
+}
+
+// The inbox refuses counts and lengths no Remora sender writes.
+TEST(RingInbox, CountsAndLengthsOutOfRangeAreRefused) {
+  std::string why;
+  auto in = detail::direct::Inbox::create(4, 64, why);
+  ASSERT_TRUE(in) << why;
+  const std::size_t bytes = sizeof(detail::direct::RingHeader) + 4 * 128;
+  void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, in->fd(), 0);
+  ASSERT_NE(m, MAP_FAILED);
+  auto* h = static_cast<detail::direct::RingHeader*>(m);
+  auto* slot0 = reinterpret_cast<detail::direct::RingSlot*>(static_cast<char*>(m) + sizeof *h);
+  using Next = detail::direct::Inbox::Next;
+  std::span<const std::uint8_t> msg;
+  std::uint64_t data = 0;
+  EXPECT_EQ(in->next(msg, data), Next::none);
+  slot0->len.store(65);  // longer than a slot
+  slot0->data.store(42);
+  h->tail.store(1);
+  EXPECT_EQ(in->next(msg, data), Next::broken);
+  slot0->len.store(64);
+  ASSERT_EQ(in->next(msg, data), Next::message);
+  EXPECT_EQ(msg.size(), 64u);
+  EXPECT_EQ(data, 42u);
+  in->pop();
+  EXPECT_EQ(h->head.load(), 1u);
+  EXPECT_EQ(in->next(msg, data), Next::none);
+  h->tail.store(1 + 5);  // more than the ring's four slots published
+  EXPECT_EQ(in->next(msg, data), Next::broken);
+  ::munmap(m, bytes);
+}
+
+// The ring's memory file is sealed at its size: a peer holding the
+// descriptor cannot shrink it under the owner.
+TEST(RingInbox, TheRingCannotBeShrunk) {
+  std::string why;
+  auto in = detail::direct::Inbox::create(4, 64, why);
+  ASSERT_TRUE(in) << why;
+  EXPECT_NE(::ftruncate(in->fd(), 0), 0);
+}
+
+}  // namespace
