@@ -14,8 +14,10 @@
 #      both sides: remora-direct; and into a target buffer the server's
 #      zone allocated, which the client maps: remora-mapped): write
 #      bandwidth (64 KiB, 1 MiB; qd 16),
-#      read bandwidth (64 KiB) and 8-byte write + VISIBILITY flush latency
-#      (target asleep, and target and client busy-polling).
+#      read bandwidth (64 KiB), 8-byte write + VISIBILITY flush latency
+#      (target asleep, and target and client busy-polling), send bandwidth
+#      (4 KiB, 64 KiB; qd 16) and 64-byte send latency (qd 1, server
+#      asleep); sends have no remora-mapped variant.
 #
 # Every bandwidth is also given as a ratio to memcpy of the same size
 # measured in the same run. Each figure is the median of --reps repetitions.
@@ -196,6 +198,9 @@ REMORA_CASES=(
     "wfv_asleep|write_flush_visibility|8|10000||"
     "wfv_busy|write_flush_visibility|8|20000|--busy-poll|--busy-poll"
     "read|read|65536|20000||"
+    "send|send|4096|40000||"
+    "send|send|65536|20000||"
+    "send_lat|send|64|20000||--qd 1"
 )
 
 # remora_run TAG OP SIZE ITERS "SERVER FLAGS" "CLIENT FLAGS": as compare.sh
@@ -237,7 +242,9 @@ for ((rep = 1; rep <= REPS; rep++)); do
         # 0: tcp; 1: the direct path into the server's heap buffer (cross-
         # memory attach); 2: the direct path into a buffer the server's zone
         # allocated (--shared-target: mapped by the client, memcpy).
+        # Sends do not touch the server's buffer: no mapped variant.
         for variant in 0 1 2; do
+            [[ $name == send* ]] && ((variant == 2)) && continue
             direct=$((variant > 0 ? 1 : 0))
             extra=""
             ((variant == 2)) && extra="--shared-target"
@@ -341,11 +348,12 @@ for path in glob.glob(os.path.join(work, "remora[012].*.json")):
             c = cpu(path[:-5] + ".cpu") / (iters + warm) * 1e6
             remora.setdefault((engine, name, int(size)), []).append((o, c))
 LABEL = {"write": ("write", "delivery"), "read": ("read", "-"), "wfv_asleep": ("write+flush_vis", "target asleep"),
-         "wfv_busy": ("write+flush_vis", "busy-poll")}
+         "wfv_busy": ("write+flush_vis", "busy-poll"), "send": ("send", "acknowledged"),
+         "send_lat": ("send", "target asleep")}
 ORDER = list(LABEL)
 for (engine, name, size), runs in sorted(remora.items(), key=lambda kv: (kv[0][0], ORDER.index(kv[0][1]), kv[0][2])):
     op, how = LABEL[name]
-    lat = name not in ("write", "read")
+    lat = name not in ("write", "read", "send")
     rows.append(dict(engine=engine, op=op, size=size, qd=runs[0][0]["qd"], completion=how,
                      gbps=statistics.median(r[0]["gbps"] for r in runs),
                      p50=statistics.median(r[0]["lat_p50_us"] for r in runs) if lat else None,
@@ -389,10 +397,12 @@ notes = [
     "libfabric-shm write: qd 16; latency rows: one 8-byte operation at a time, posted and polled for",
     "remora-tcp: remora-perf over libfabric tcp on 127.0.0.1 (REMORA_SAMEHOST=0), writes delivery-complete (qd 16); "
     "write+flush_vis: an 8-byte write then a VISIBILITY flush, one at a time, target asleep (default) or "
-    "target and client busy-polling; read: 64 KiB reads, qd 16",
+    "target and client busy-polling; read: 64 KiB reads, qd 16; send: sends at qd 16, each complete when the "
+    "server handled it (acknowledged); send at 64 bytes: one at a time, server asleep",
     "remora-direct: the same runs with the same-host direct path on (REMORA_SAMEHOST=1 on both sides): writes and reads are placed with "
     "process_vm_writev/readv after Remora's key, bounds and privilege checks (remora-perf's memory is "
-    "ordinary heap memory); the flush of a range just written completes at the initiator",
+    "ordinary heap memory); the flush of a range just written completes at the initiator; sends are copied "
+    "into the server's message ring (docs/design.md, \"Same-host message rings\")",
     "remora-mapped: the same with the server's target buffer from ProtectionZone::allocate "
     "(remora-perf --server --shared-target, a memfd): the client maps it once and copies with memcpy",
 ] + ([f"ucx-sm: ucx_perftest (ucx-utils {ucx_version}), UCX_TLS={ucx_tls}, memory UCX allocates itself "

@@ -63,7 +63,7 @@ void check_ctl(std::span<const std::uint8_t> in) {
   // Well framed: `c` holds the bytes as they came, for an answer.
   FUZZ_CHECK(std::memcmp(&c, in.data(), sizeof c) == 0);
   const bool known_op = c.op == wire::op_atomic_write || c.op == wire::op_flush || c.op == wire::op_bye ||
-                        c.op == wire::op_direct_offer || c.op == wire::op_direct_revoke;
+                        c.op == wire::op_direct_offer || c.op == wire::op_direct_revoke || c.op == wire::op_ring_offer;
   const bool known_flush = c.flush_type <= static_cast<std::uint8_t>(remora::FlushType::persistent);
   switch (res) {
     case wire::CtlCheck::ok: FUZZ_CHECK(known_op && (c.op != wire::op_flush || known_flush)); break;

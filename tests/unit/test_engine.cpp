@@ -755,6 +755,37 @@ TEST_F(Engine, UnknownOperationOrFlushTypeIsAnsweredNotSupported) {
   expect_world_still_serves(w);
 }
 
+// A ring offer (same-host message rings) from a peer whose table this side
+// did not take (here: the in-memory transport, where the direct path is
+// never on) is answered not_supported, and nothing is mapped: the peer's
+// sends stay on the transport.
+TEST_F(Engine, ARingOfferWithoutADirectPeerIsAnsweredNotSupported) {
+  World w;
+  RawSession raw(w, wire::make_hello(4096, {}));
+  raw.accept(w);
+  ASSERT_FALSE(HasFatalFailure());
+  wire::Ctl offer = wire::make_ctl(wire::op_ring_offer, 3 | (std::uint64_t{4} << 32), 0x1234, 8);
+  offer.value = 4096;
+  offer.token = ~std::uint64_t{0};
+  auto b = ctl_bytes(offer);
+  ASSERT_EQ(raw.peer.conn->inject(b.data(), b.size(), wire::data(wire::ctl_request)), 0);
+  w.settle();
+  CqEntry e[4];
+  ASSERT_EQ(raw.peer.conn->poll(e), 1);
+  ASSERT_EQ(wire::kind_of(e[0].data), wire::ctl_reply);
+  wire::Ctl rep;
+  std::memcpy(&rep, static_cast<RawPeer::Buffer*>(static_cast<void*>(e[0].context))->bytes, sizeof rep);
+  EXPECT_EQ(rep.op, wire::op_ring_offer);
+  EXPECT_EQ(rep.status, static_cast<std::uint16_t>(Errc::not_supported));
+  {
+    detail::MutexLock lock(raw.ep.impl()->mu);
+    EXPECT_FALSE(raw.ep.impl()->outbox);
+    EXPECT_FALSE(raw.ep.impl()->inbox);
+  }
+  EXPECT_EQ(raw.ep.state(), EndpointState::connected);
+  expect_world_still_serves(w);
+}
+
 TEST_F(Engine, ReplyToNothingIsIgnored) {
   World w;
   RawSession raw(w, wire::make_hello(4096, {}));

@@ -61,6 +61,9 @@ std::unique_ptr<Inbox> Inbox::create(std::size_t slots, std::size_t slot_size, s
     return nullptr;
   }
   b->map_ = m;
+  // A child the program forks does not share the ring (it has no part in
+  // the connection).
+  (void)::madvise(m, b->bytes_, MADV_DONTFORK);
   b->bell_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (b->bell_ < 0) {
     why = errno_text("eventfd");
@@ -158,6 +161,7 @@ std::unique_ptr<Outbox> Outbox::open(const Peer& peer, int fd, int bell, std::ui
     return nullptr;
   }
   o->map_ = m;
+  (void)::madvise(m, o->bytes_, MADV_DONTFORK);  // as the owner's (Inbox::create)
   const RingHeader* h = o->header();
   if (h->magic.load(std::memory_order_acquire) != kRingMagic || h->nonce.load(std::memory_order_relaxed) != nonce ||
       h->slots.load(std::memory_order_relaxed) != slots || h->slot_size.load(std::memory_order_relaxed) != slot_size) {

@@ -13,8 +13,8 @@ void EndpointImpl::offer_inbox() {
   std::string why;
   inbox = direct::Inbox::create(slots, rx_buf_len, why);
   if (!inbox) return;  // the transport carries the messages; nothing is lost
-  const std::uint64_t fds = static_cast<std::uint32_t>(inbox->fd()) |
-                            (std::uint64_t{static_cast<std::uint32_t>(inbox->bell_fd())} << 32);
+  const std::uint64_t fds =
+      static_cast<std::uint32_t>(inbox->fd()) | (std::uint64_t{static_cast<std::uint32_t>(inbox->bell_fd())} << 32);
   wire::Ctl offer = wire::make_ctl(wire::op_ring_offer, fds, inbox->nonce(), slots);
   offer.value = rx_buf_len;
   offer.token = ~std::uint64_t{0};  // names no slot (handle_reply takes the answer by its op)
@@ -35,8 +35,8 @@ void EndpointImpl::accept_ring_offer(const wire::Ctl& offer) {
   if (!outbox && direct_peer) {
     std::string why;
     outbox = direct::Outbox::open(*direct_peer, static_cast<int>(offer.key & 0x7fffffffu),
-                                  static_cast<int>((offer.key >> 32) & 0x7fffffffu), offer.addr, offer.len,
-                                  offer.value, why);
+                                  static_cast<int>((offer.key >> 32) & 0x7fffffffu), offer.addr, offer.len, offer.value,
+                                  why);
     if (outbox) rep.status = 0;
   }
   pending_replies.push_back(rep);
