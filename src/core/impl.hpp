@@ -712,11 +712,11 @@ class Agent : public std::enable_shared_from_this<Agent> {
   void add(const std::shared_ptr<EndpointImpl>& ep, int fd, backend::SharedQueue* queue);
   void remove(EndpointImpl* ep, int fd, backend::SharedQueue* queue);
   /// `ep`'s same-host inbox (its bell an eventfd a peer process writes)
-  /// joins (on) or leaves the agent's watch: when the bell fires, or a turn
-  /// finds the inbox not idle (while spinning the agent does not read its
-  /// epoll set), the agent progresses the endpoint even while a user drives
-  /// it (the user's own sleep set has the bell too, but the user may be
-  /// polling elsewhere).
+  /// joins (on) or leaves the agent's watch: when the bell fires
+  /// (edge-triggered), or a turn finds the inbox not idle (while spinning
+  /// the agent does not read its epoll set), the agent looks at the
+  /// endpoint and progresses it unless a user drives it (the user's own
+  /// sleep set has the bell too).
   void watch_ring(const EndpointImpl* ep, const std::shared_ptr<direct::Inbox>& inbox, bool on);
   void wake() noexcept;
   /// The eventfd a same-host peer rings, made and watched now (before

@@ -237,8 +237,11 @@ void Agent::watch_ring(const EndpointImpl* ep, const std::shared_ptr<direct::Inb
     return;
   }
   rings_[ep] = inbox;
+  // Edge-triggered: one wake per ring. The agent need not empty the bell
+  // (the endpoint's progress does), so it can leave an endpoint a user
+  // drives to that user without waking again and again meanwhile.
   epoll_event ev{};
-  ev.events = EPOLLIN;
+  ev.events = EPOLLIN | EPOLLET;
   ev.data.u64 = bell_tag_of(ep);
   epoll_ctl(epfd_, EPOLL_CTL_ADD, inbox->bell_fd(), &ev);
 }
@@ -359,6 +362,8 @@ void Agent::run() {
   // longer wakes whoever drives them, so the agent progresses them even when
   // a user drives them.
   std::vector<const EndpointImpl*> taken;
+  // Endpoints whose same-host inbox was not idle at this turn's look.
+  std::vector<const EndpointImpl*> rung_eps;
   // Shared transport queues whose fd woke the agent, or that could not be
   // slept on after the last turn: read (pumped) at the start of the next.
   std::vector<backend::SharedQueue*> queues_to_pump, pumped, to_try;
@@ -446,13 +451,15 @@ void Agent::run() {
       // nor wakes for them. New endpoints and those another thread reported
       // (look_at) count as taken: the agent looks at them itself.
       taken.insert(taken.end(), fresh_.begin(), fresh_.end());
-      // Same-host inboxes with messages or a rung bell: looked at and
-      // progressed (a look costs two loads per ring).
-      for (const auto& [raw, box] : rings_) {
-        if (box->idle()) continue;
-        taken.push_back(raw);
-        fired.push_back(raw);
-      }
+      // Same-host inboxes with messages or a rung bell: looked at (a look
+      // costs two loads per ring), and progressed unless a user drives
+      // them. A spinning agent does not read its epoll set, so this is how
+      // it sees them.
+      rung_eps.clear();
+      for (const auto& [raw, box] : rings_)
+        if (!box->idle()) rung_eps.push_back(raw);
+      std::sort(rung_eps.begin(), rung_eps.end());
+      fired.insert(fired.end(), rung_eps.begin(), rung_eps.end());
       std::sort(taken.begin(), taken.end());
       auto consider = [&](const EndpointImpl* raw, Watched& w) {
         auto p = w.ep.lock();
@@ -475,8 +482,10 @@ void Agent::run() {
                               std::binary_search(taken.begin(), taken.end(), raw) || (rung && w.fd >= 0);
         // In a sweep, an endpoint on a shared queue the read did not report
         // has nothing waiting in the transport (the queue was read this
-        // turn, or users drive every endpoint on it).
-        const bool idle_shared = swept && w.queue != nullptr;
+        // turn, or users drive every endpoint on it), unless its same-host
+        // inbox has something.
+        const bool idle_shared =
+            swept && w.queue != nullptr && !std::binary_search(rung_eps.begin(), rung_eps.end(), raw);
         if (has_work || (!driven && !idle_shared)) eps.push_back(p);
         held.push_back(std::move(p));
       };
@@ -633,11 +642,9 @@ void Agent::run() {
       linger_until = std::chrono::steady_clock::now() + kLinger;
       if (is_bell_tag(tag)) {
         // A peer process put messages in the endpoint's ring or handled
-        // ours: progressed even if a user drives it (progress quiets the
-        // bell, which would otherwise keep waking this thread).
-        const auto* ep = reinterpret_cast<const EndpointImpl*>(static_cast<std::uintptr_t>(tag & ~std::uint64_t{3}));
-        fired.push_back(ep);
-        taken.push_back(ep);
+        // ours: looked at next turn (progressed unless a user drives it;
+        // the user's own sleep set has the bell, level-triggered).
+        fired.push_back(reinterpret_cast<const EndpointImpl*>(static_cast<std::uintptr_t>(tag & ~std::uint64_t{3})));
         continue;
       }
       if (is_queue_tag(tag))
