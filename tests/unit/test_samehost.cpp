@@ -83,6 +83,24 @@ class SameHost : public ::testing::Test {
     ::setenv("REMORA_SAMEHOST", "1", 1);
     p = std::make_unique<Pair>();
     ASSERT_TRUE(direct_ready(p->iep)) << "the initiator never mapped the target's table: " << why_not(p->iep);
+    // The message rings are offered in band after the tables: wait until
+    // both offers are answered, so that no descriptor or mapping of theirs
+    // changes during the test (bounded: without rings there is nothing).
+    auto settled = [&] {
+      // One endpoint's lock at a time, as the library takes them.
+      auto look = [](const Endpoint& ep, bool& answered, bool& has_inbox, bool& has_outbox) {
+        detail::MutexLock lock(ep.impl()->mu);
+        answered = !ep.impl()->inbox || ep.impl()->inbox->fd() < 0;
+        has_inbox = ep.impl()->inbox != nullptr;
+        has_outbox = ep.impl()->outbox != nullptr;
+      };
+      bool ia = false, ii = false, io = false, ta = false, ti = false, to = false;
+      look(p->iep, ia, ii, io);
+      look(p->tep, ta, ti, to);
+      return ia && ta && (!ti || io) && (!ii || to);
+    };
+    for (auto until = std::chrono::steady_clock::now() + 2s; !settled() && std::chrono::steady_clock::now() < until;)
+      std::this_thread::sleep_for(1ms);
   }
   void TearDown() override { ::unsetenv("REMORA_SAMEHOST"); }
 
