@@ -818,8 +818,14 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::unordered_map<const EndpointImpl*, Watched> endpoints_ REMORA_GUARDED_BY(mu_);
   std::vector<const EndpointImpl*> fresh_ REMORA_GUARDED_BY(mu_);  // added since the last turn: looked at once
   // Same-host inboxes of the zone's endpoints (watch_ring), kept alive here
-  // so that a turn can look at them without the endpoints' locks.
-  std::unordered_map<const EndpointImpl*, std::shared_ptr<const direct::Inbox>> rings_ REMORA_GUARDED_BY(mu_);
+  // so that a turn can look at them without the endpoints' locks, and
+  // whether the bell is in the epoll set (it leaves it while a user drives
+  // the endpoint, as an endpoint's transport fd does).
+  struct WatchedRing {
+    std::shared_ptr<const direct::Inbox> box;
+    bool armed = true;
+  };
+  std::unordered_map<const EndpointImpl*, WatchedRing> rings_ REMORA_GUARDED_BY(mu_);
   bool cm_armed_ REMORA_GUARDED_BY(mu_) = true;  // cm_wait_fd in the epoll set with EPOLLIN
   std::uint64_t turn_ = 0;
 };

@@ -236,7 +236,7 @@ void Agent::watch_ring(const EndpointImpl* ep, const std::shared_ptr<direct::Inb
     rings_.erase(ep);
     return;
   }
-  rings_[ep] = inbox;
+  rings_[ep] = WatchedRing{inbox, true};
   // Edge-triggered: one wake per ring. The agent need not empty the bell
   // (the endpoint's progress does), so it can leave an endpoint a user
   // drives to that user without waking again and again meanwhile.
@@ -456,12 +456,12 @@ void Agent::run() {
       // them. A spinning agent does not read its epoll set, so this is how
       // it sees them.
       rung_eps.clear();
-      for (const auto& [raw, box] : rings_)
-        if (!box->idle()) rung_eps.push_back(raw);
+      for (const auto& [raw, wr] : rings_)
+        if (!wr.box->idle()) rung_eps.push_back(raw);
       std::sort(rung_eps.begin(), rung_eps.end());
       fired.insert(fired.end(), rung_eps.begin(), rung_eps.end());
       std::sort(taken.begin(), taken.end());
-      auto consider = [&](const EndpointImpl* raw, Watched& w) {
+      auto consider = [&](const EndpointImpl* raw, Watched& w, WatchedRing* ring) {
         auto p = w.ep.lock();
         if (!p) return;
         // A thread asleep on a queue's fd (CompletionQueue::Sleeper) wakes
@@ -472,6 +472,16 @@ void Agent::run() {
         if (w.fd >= 0 && driven == w.armed) {
           set_armed(w.fd, raw, !driven);
           w.armed = !driven;
+        }
+        // The same for a same-host ring's bell: a user who drives the
+        // endpoint has it in its own sleep set. (Re-armed, it reports once
+        // if the eventfd holds a count: one spare look.)
+        if (ring != nullptr && driven == ring->armed) {
+          epoll_event e{};
+          e.events = driven ? 0u : static_cast<std::uint32_t>(EPOLLIN | EPOLLET);
+          e.data.u64 = bell_tag_of(raw);
+          epoll_ctl(epfd_, EPOLL_CTL_MOD, ring->box->bell_fd(), &e);
+          ring->armed = !driven;
         }
         // A shared queue's fd is left out of the set only while users
         // drive every endpoint on it (decided at each sweep, below).
@@ -499,7 +509,8 @@ void Agent::run() {
             it = endpoints_.erase(it);
             continue;
           }
-          consider(it->first, it->second);
+          auto r = rings_.find(it->first);
+          consider(it->first, it->second, r == rings_.end() ? nullptr : &r->second);
           ++it;
         }
         sweep = false;
@@ -521,7 +532,10 @@ void Agent::run() {
         std::sort(look.begin(), look.end());
         look.erase(std::unique(look.begin(), look.end()), look.end());
         for (const EndpointImpl* raw : look)
-          if (auto it = endpoints_.find(raw); it != endpoints_.end()) consider(raw, it->second);
+          if (auto it = endpoints_.find(raw); it != endpoints_.end()) {
+            auto r = rings_.find(raw);
+            consider(raw, it->second, r == rings_.end() ? nullptr : &r->second);
+          }
         if (user_driven) next_sweep = std::min(next_sweep, now_tp + kSweepDriven);
       }
       fresh_.clear();
