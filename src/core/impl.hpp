@@ -644,6 +644,9 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// peer's bell) and believe the peer's count in the outbox. Returns the
   /// messages taken.
   int take_ring() REMORA_REQUIRES(mu);
+  /// Believe the handled count the peer published in its inbox (this
+  /// side's outbox): sends it covers complete.
+  void take_ring_acks() REMORA_REQUIRES(mu);
   /// Nothing waits in either ring and the bell is quiet (the rest of a
   /// sleep check is the transport's).
   bool ring_idle() REMORA_REQUIRES(mu);

@@ -152,7 +152,7 @@ TEST_F(Rings, AMessageWithoutAReceiveIsHeldAndTheSendCompletes) {
 // Zones without progress threads: the test decides when each side runs, so
 // it can hold messages in the ring.
 class RingsDriven : public ::testing::Test {
- protected:
+ public:
   void SetUp() override {
     ::setenv("REMORA_SAMEHOST", "1", 1);
     fabric = MUST(Fabric::open());
@@ -288,6 +288,106 @@ TEST_F(RingsDriven, TheReceiverSeesOneOrderAcrossTheRingAndTheTransport) {
     EXPECT_EQ(c[i].cookie, static_cast<std::uint64_t>(i + 1));
     EXPECT_FALSE(c[i].status) << describe(c[i]);
   }
+}
+
+// An answer completes after the send it answers, as on RC hardware, where
+// the send's acknowledgement comes before the answer's receive (librpma's
+// 12scch example checks it): one poll that finds both reports the send
+// first. `by_transport`: the send goes by the transport (a write with
+// immediate data is in flight ahead of it) and the answer by the ring.
+void answer_comes_after_the_send(RingsDriven& t, bool by_transport) {
+  Segment r(t.imr, 64, 8);
+  ASSERT_OK(t.iep.recv({&r, 1}, 50));
+  Segment tr(t.tmr, 0, 8);
+  ASSERT_OK(t.tep.recv({&tr, 1}, 60));
+  if (by_transport) {
+    Segment w(t.imr, 0, 8);
+    ASSERT_OK(t.iep.write_imm({&w, 1}, t.rr, 4096, 1, 1));
+    Segment tw(t.tmr, 16, 8);
+    ASSERT_OK(t.tep.recv({&tw, 1}, 61));
+  }
+  Segment s(t.imr, 0, 8);
+  ASSERT_OK(t.iep.send({&s, 1}, 2));
+  EXPECT_EQ(ring_sent(t.iep), by_transport ? 0u : 1u);
+  // Only the target runs until it has the message, then answers.
+  std::vector<Completion> got;
+  for (int i = 0; i < 2000 && got.size() < (by_transport ? 2u : 1u); ++i) {
+    (void)t.tz.progress();
+    Completion buf[4];
+    const std::size_t n = t.tcq.poll(buf);
+    got.insert(got.end(), buf, buf + n);
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(got.size(), by_transport ? 2u : 1u) << describe(got);
+  Segment a(t.tmr, 32, 8);
+  ASSERT_OK(t.tep.send({&a, 1}, 70));
+  EXPECT_EQ(ring_sent(t.tep), 1u) << "the answer must go by the ring";
+  std::vector<Completion> c;
+  for (int i = 0; i < 2000 && c.size() < (by_transport ? 3u : 2u); ++i) {
+    Completion buf[4];
+    const std::size_t n = t.icq.poll(buf);
+    c.insert(c.end(), buf, buf + n);
+    if (n == 0) std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(c.size(), by_transport ? 3u : 2u) << describe(c);
+  std::size_t at = 0;
+  if (by_transport) {
+    EXPECT_EQ(c[at].op, Opcode::write) << describe(c);
+    ++at;
+  }
+  EXPECT_EQ(c[at].op, Opcode::send) << "the answer was reported before the send it answers: " << describe(c);
+  EXPECT_EQ(c[at + 1].op, Opcode::recv) << describe(c);
+}
+
+TEST_F(RingsDriven, AnAnswerOnTheRingCompletesAfterTheSendOnTheRing) { answer_comes_after_the_send(*this, false); }
+
+TEST_F(RingsDriven, AnAnswerOnTheRingCompletesAfterTheSendByTheTransport) { answer_comes_after_the_send(*this, true); }
+
+// The answer goes by the transport (the target has a write with immediate
+// data in flight ahead of it), the send it answers went by the ring: the
+// send still completes first.
+TEST_F(RingsDriven, AnAnswerByTheTransportCompletesAfterTheSendOnTheRing) {
+  std::vector<std::uint8_t> landing(64, 0);
+  auto lmr = MUST(iz.register_memory(landing.data(), landing.size(), Access::all));
+  Segment r1(imr, 64, 8), r2(imr, 128, 8);
+  ASSERT_OK(iep.recv({&r1, 1}, 50));
+  ASSERT_OK(iep.recv({&r2, 1}, 51));
+  Segment tr(tmr, 0, 8);
+  ASSERT_OK(tep.recv({&tr, 1}, 60));
+  Segment s(imr, 0, 8);
+  ASSERT_OK(iep.send({&s, 1}, 2));
+  EXPECT_EQ(ring_sent(iep), 1u);
+  std::vector<Completion> got;
+  for (int i = 0; i < 2000 && got.empty(); ++i) {
+    (void)tz.progress();
+    Completion buf[4];
+    const std::size_t n = tcq.poll(buf);
+    got.insert(got.end(), buf, buf + n);
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(got.size(), 1u) << describe(got);
+  Segment w(tmr, 8, 8);
+  ASSERT_OK(tep.write_imm({&w, 1}, MUST(lmr.remote()), 0, 5, 69));
+  Segment a(tmr, 32, 8);
+  ASSERT_OK(tep.send({&a, 1}, 70));
+  EXPECT_EQ(ring_sent(tep), 0u) << "the answer must go by the transport";
+  // Only the target's transport runs until both are in the initiator's
+  // socket; then one initiator progress at a time.
+  for (int i = 0; i < 50; ++i) {
+    (void)tz.progress();
+    std::this_thread::sleep_for(1ms);
+  }
+  std::vector<Completion> c;
+  for (int i = 0; i < 2000 && c.size() < 3; ++i) {
+    Completion buf[4];
+    const std::size_t n = icq.poll(buf);
+    c.insert(c.end(), buf, buf + n);
+    if (n == 0) std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(c.size(), 3u) << describe(c);
+  EXPECT_EQ(c[0].op, Opcode::send) << "an answer was reported before the send it answers: " << describe(c);
+  EXPECT_EQ(c[1].op, Opcode::recv_write_imm) << describe(c);
+  EXPECT_EQ(c[2].op, Opcode::recv) << describe(c);
 }
 
 // Messages the sender put on the ring before it disconnected are delivered

@@ -109,7 +109,11 @@ void Inbox::pop() noexcept {
   header()->head.store(head_, std::memory_order_seq_cst);
 }
 
-void Inbox::publish_handled(std::uint64_t n) noexcept { header()->handled.store(n, std::memory_order_release); }
+void Inbox::publish_handled(std::uint64_t n) noexcept {
+  if (n == published_) return;  // nothing new: no store to the shared line
+  published_ = n;
+  header()->handled.store(n, std::memory_order_release);
+}
 
 void Inbox::quiet_bell() noexcept {
   if (header()->bell.load(std::memory_order_relaxed) == 0) return;

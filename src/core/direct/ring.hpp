@@ -110,7 +110,8 @@ class Inbox {
   int bell_ = -1;
   void* map_ = nullptr;
   std::size_t bytes_ = 0, slots_ = 0, slot_size_ = 0, stride_ = 0;
-  std::uint64_t head_ = 0;  // the owner's copy of header()->head
+  std::uint64_t head_ = 0;       // the owner's copy of header()->head
+  std::uint64_t published_ = 0;  // the last count publish_handled stored
   RingHeader* header() const noexcept { return static_cast<RingHeader*>(map_); }
 };
 

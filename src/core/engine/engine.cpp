@@ -509,6 +509,10 @@ int EndpointImpl::progress() {
   for (;;) {
     int n = conn->poll(entries);
     if (n <= 0) break;
+    // A message read from the transport may answer a send on the ring: the
+    // peer's count in the ring, published before it answered, completes
+    // the send first.
+    take_ring_acks();
     for (int i = 0; i < n; ++i) handle(entries[i]);
     total += n;
     // Fewer than asked for: nothing more, unless the receive buffers ran
@@ -517,6 +521,10 @@ int EndpointImpl::progress() {
     if (!conn || (n < 16 && !conn->needs_poll())) break;
   }
   if (conn) {
+    // Messages that came by the transport are counted in the ring too,
+    // before anything this side sends after handling them: an answer on
+    // the ring then finds its request's acknowledgement there (take_ring).
+    if (inbox) inbox->publish_handled(msgs_handled);
     flush_acks();
     flush_replies();
     pump_deferred();

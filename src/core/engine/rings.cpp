@@ -62,6 +62,12 @@ EndpointImpl::RingPut EndpointImpl::try_ring(OpSlot& s) {
   return RingPut::sent;
 }
 
+void EndpointImpl::take_ring_acks() {
+  if (!outbox) return;
+  const std::uint64_t h = outbox->handled();
+  if (h > peer_handled) handle_ack(h);
+}
+
 int EndpointImpl::take_ring() {
   int taken = 0;
   if (inbox && (state == EndpointState::connected || state == EndpointState::connect_pending)) {
@@ -72,6 +78,12 @@ int EndpointImpl::take_ring() {
     for (;;) {
       const auto next = inbox->next(bytes, data);
       if (next == direct::Inbox::Next::none) break;
+      // The peer published its handled count before it could answer what
+      // it handled (both under its endpoint's lock), and this side saw the
+      // message (an acquire of the ring's tail): the count read now covers
+      // every send the message may answer, which completes first, as on
+      // RC hardware (librpma's 12scch example checks it).
+      take_ring_acks();
       // Only user messages travel on the ring; anything else breaks the
       // protocol.
       const wire::Kind kind = wire::kind_of(data);
@@ -94,10 +106,7 @@ int EndpointImpl::take_ring() {
       if (outbox) outbox->ring();
     }
   }
-  if (outbox) {
-    const std::uint64_t h = outbox->handled();
-    if (h > peer_handled) handle_ack(h);
-  }
+  take_ring_acks();
   return taken;
 }
 
