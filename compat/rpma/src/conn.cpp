@@ -403,8 +403,15 @@ int rpma_conn_wait(struct rpma_conn* conn, int flags, struct rpma_cq** cq, bool*
       return 0;
     }
     if (conn->rcq && conn->rcq->cq.progress() > 0) {
-      *cq = conn->rcq;
-      if (is_rcq) *is_rcq = true;
+      // The drive that made the receive's completion may have made a send
+      // completion too: the peer's acknowledgement of a send came with its
+      // next message (the engine completes the send first, as hardware
+      // does, where the send's completion event comes before the
+      // message's). The main queue is named first then, as it would have
+      // been had the two come in two drives.
+      const bool send_first = conn->cq->cq.size() > 0;
+      *cq = send_first ? conn->cq : conn->rcq;
+      if (is_rcq) *is_rcq = !send_first;
       return 0;
     }
     if (nonblocking) return RPMA_E_NO_COMPLETION;
