@@ -463,6 +463,27 @@ TEST_F(RingsDriven, AnythingButAUserMessageOnTheRingEndsTheConnection) {
   EXPECT_EQ(t[0].status, make_error_code(Errc::flushed)) << describe(t[0]);
 }
 
+// A ring offer whose geometry is no ring (a slot count whose product with
+// the stride wraps around, one over the 4 MiB bound, a count that is not a
+// power of two, a zero nonce) is refused before anything is opened or
+// mapped.
+TEST_F(RingsDriven, AnOfferOfNoRingIsRefusedBeforeAnythingIsMapped) {
+  detail::MutexLock lock(iep.impl()->mu);
+  ASSERT_TRUE(iep.impl()->direct_peer);
+  const auto& peer = *iep.impl()->direct_peer;
+  struct Bad {
+    std::size_t slots, slot_size;
+    std::uint64_t nonce;
+  };
+  for (const Bad& b : {Bad{std::size_t{1} << 58, 16, 1}, Bad{128, 65536, 1}, Bad{3, 64, 1}, Bad{4, 0, 1},
+                       Bad{4, (std::size_t{1} << 20) + 1, 1}, Bad{4, 64, 0}}) {
+    std::string why;
+    EXPECT_FALSE(detail::direct::Outbox::open(peer, 0, 1, b.nonce, b.slots, b.slot_size, why))
+        << b.slots << " slots of " << b.slot_size;
+    EXPECT_EQ(why, "malformed ring offer");
+  }
+}
+
 // The inbox refuses counts and lengths no Remora sender writes.
 TEST(RingInbox, CountsAndLengthsOutOfRangeAreRefused) {
   std::string why;

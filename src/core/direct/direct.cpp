@@ -34,9 +34,9 @@ std::uint64_t mix(std::uint64_t k) noexcept {
 constexpr std::size_t kMask = kCapacity - 1;
 static_assert((kCapacity & kMask) == 0, "capacity must be a power of two");
 
-std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
-
 }  // namespace
+
+std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
 bool allowed_by_environment() noexcept {
   const char* v = std::getenv("REMORA_SAMEHOST");

@@ -109,6 +109,9 @@ constexpr std::size_t kMaxLocal = kMaxSegments;  // local segments of one operat
 /// "true"). Any other value is reported on stderr once and ignored.
 bool allowed_by_environment() noexcept;
 
+/// "`what`: " and errno's text (the reasons the path is not taken).
+std::string errno_text(const char* what);
+
 /// What this process tells a peer so that it can tell whether the two share
 /// a host and a pid namespace: a hash of the boot id and the pid-namespace
 /// inode. Computed once.

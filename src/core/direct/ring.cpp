@@ -20,9 +20,19 @@ namespace {
 
 std::size_t stride_of(std::size_t slot_size) noexcept { return (sizeof(RingSlot) + slot_size + 63) & ~std::size_t{63}; }
 
-std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
-
 }  // namespace
+
+bool RingGeometry::make(std::size_t slots, std::size_t slot_size, RingGeometry& out) noexcept {
+  if (slots == 0 || !std::has_single_bit(slots) || slot_size == 0 || slot_size > kRingMaxSlot) return false;
+  const std::size_t stride = stride_of(slot_size);
+  if (slots > kRingBytes / stride) return false;
+  out = RingGeometry{slots, slot_size, stride, sizeof(RingHeader) + slots * stride};
+  return true;
+}
+
+RingSlot* RingGeometry::slot(void* map, std::uint64_t seq) const noexcept {
+  return reinterpret_cast<RingSlot*>(static_cast<char*>(map) + sizeof(RingHeader) + (seq & (slots - 1)) * stride);
+}
 
 std::size_t ring_slots(std::size_t max_recv, std::size_t slot_size) noexcept {
   if (slot_size == 0 || slot_size > kRingMaxSlot || max_recv == 0) return 0;
@@ -34,15 +44,11 @@ std::size_t ring_slots(std::size_t max_recv, std::size_t slot_size) noexcept {
 // ---- owner ----
 
 std::unique_ptr<Inbox> Inbox::create(std::size_t slots, std::size_t slot_size, std::string& why) {
-  if (slots == 0 || !std::has_single_bit(slots) || slot_size == 0 || slot_size > kRingMaxSlot) {
+  std::unique_ptr<Inbox> b(new Inbox());
+  if (!RingGeometry::make(slots, slot_size, b->geo_)) {
     why = "no ring for messages of this size";
     return nullptr;
   }
-  std::unique_ptr<Inbox> b(new Inbox());
-  b->slots_ = slots;
-  b->slot_size_ = slot_size;
-  b->stride_ = stride_of(slot_size);
-  b->bytes_ = sizeof(RingHeader) + slots * b->stride_;
   b->fd_ = static_cast<int>(::memfd_create("remora-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (b->fd_ < 0) {
     why = errno_text("memfd_create");
@@ -50,12 +56,15 @@ std::unique_ptr<Inbox> Inbox::create(std::size_t slots, std::size_t slot_size, s
   }
   // Sealed at its size: the peer holds the descriptor too, and a ring it
   // shrank would fault here.
-  if (::ftruncate(b->fd_, static_cast<off_t>(b->bytes_)) != 0 ||
-      ::fcntl(b->fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+  if (::ftruncate(b->fd_, static_cast<off_t>(b->geo_.bytes)) != 0) {
     why = errno_text("ftruncate");
     return nullptr;
   }
-  void* m = ::mmap(nullptr, b->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd_, 0);
+  if (::fcntl(b->fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    why = errno_text("fcntl F_ADD_SEALS");
+    return nullptr;
+  }
+  void* m = ::mmap(nullptr, b->geo_.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd_, 0);
   if (m == MAP_FAILED) {
     why = errno_text("mmap");
     return nullptr;
@@ -63,7 +72,7 @@ std::unique_ptr<Inbox> Inbox::create(std::size_t slots, std::size_t slot_size, s
   b->map_ = m;
   // A child the program forks does not share the ring (it has no part in
   // the connection).
-  (void)::madvise(m, b->bytes_, MADV_DONTFORK);
+  (void)::madvise(m, b->geo_.bytes, MADV_DONTFORK);
   b->bell_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (b->bell_ < 0) {
     why = errno_text("eventfd");
@@ -81,7 +90,7 @@ std::unique_ptr<Inbox> Inbox::create(std::size_t slots, std::size_t slot_size, s
 }
 
 Inbox::~Inbox() {
-  if (map_ != nullptr) ::munmap(map_, bytes_);
+  if (map_ != nullptr) ::munmap(map_, geo_.bytes);
   if (fd_ >= 0) ::close(fd_);
   if (bell_ >= 0) ::close(bell_);
 }
@@ -94,11 +103,10 @@ Inbox::Next Inbox::next(std::span<const std::uint8_t>& bytes, std::uint64_t& dat
   // or this load sees its message.
   const std::uint64_t tail = header()->tail.load(std::memory_order_seq_cst);
   if (tail == head_) return Next::none;
-  if (tail - head_ > slots_) return Next::broken;  // more than the ring holds: not a Remora sender
-  auto* slot =
-      reinterpret_cast<RingSlot*>(static_cast<char*>(map_) + sizeof(RingHeader) + (head_ & (slots_ - 1)) * stride_);
+  if (tail - head_ > geo_.slots) return Next::broken;  // more than the ring holds: not a Remora sender
+  RingSlot* slot = geo_.slot(map_, head_);
   const std::uint64_t len = slot->len.load(std::memory_order_relaxed);
-  if (len > slot_size_) return Next::broken;
+  if (len > geo_.slot_size) return Next::broken;
   data = slot->data.load(std::memory_order_relaxed);
   bytes = {reinterpret_cast<const std::uint8_t*>(slot + 1), static_cast<std::size_t>(len)};
   return Next::message;
@@ -137,35 +145,30 @@ void Inbox::close_fd() noexcept {
 
 std::unique_ptr<Outbox> Outbox::open(const Peer& peer, int fd, int bell, std::uint64_t nonce, std::size_t slots,
                                      std::size_t slot_size, std::string& why) {
-  if (slots == 0 || !std::has_single_bit(slots) || slot_size == 0 || slot_size > kRingMaxSlot ||
-      slots * stride_of(slot_size) > kRingBytes || nonce == 0) {
+  std::unique_ptr<Outbox> o(new Outbox());
+  if (nonce == 0 || !RingGeometry::make(slots, slot_size, o->geo_)) {
     why = "malformed ring offer";
     return nullptr;
   }
-  std::unique_ptr<Outbox> o(new Outbox());
-  o->slots_ = slots;
-  o->slot_size_ = slot_size;
-  o->stride_ = stride_of(slot_size);
-  o->bytes_ = sizeof(RingHeader) + slots * o->stride_;
   const int rfd = peer.take_fd(fd);
   if (rfd < 0) {
     why = errno_text("pidfd_getfd (ring)");
     return nullptr;
   }
   struct stat st {};
-  if (::fstat(rfd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != o->bytes_) {
+  if (::fstat(rfd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != o->geo_.bytes) {
     ::close(rfd);
     why = "the offered descriptor is not a ring of the offered size";
     return nullptr;
   }
-  void* m = ::mmap(nullptr, o->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, rfd, 0);
+  void* m = ::mmap(nullptr, o->geo_.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, rfd, 0);
   ::close(rfd);
   if (m == MAP_FAILED) {
     why = errno_text("mmap (ring)");
     return nullptr;
   }
   o->map_ = m;
-  (void)::madvise(m, o->bytes_, MADV_DONTFORK);  // as the owner's (Inbox::create)
+  (void)::madvise(m, o->geo_.bytes, MADV_DONTFORK);  // as the owner's (Inbox::create)
   const RingHeader* h = o->header();
   if (h->magic.load(std::memory_order_acquire) != kRingMagic || h->nonce.load(std::memory_order_relaxed) != nonce ||
       h->slots.load(std::memory_order_relaxed) != slots || h->slot_size.load(std::memory_order_relaxed) != slot_size) {
@@ -182,15 +185,14 @@ std::unique_ptr<Outbox> Outbox::open(const Peer& peer, int fd, int bell, std::ui
 }
 
 Outbox::~Outbox() {
-  if (map_ != nullptr) ::munmap(map_, bytes_);
+  if (map_ != nullptr) ::munmap(map_, geo_.bytes);
   if (bell_ >= 0) ::close(bell_);
 }
 
 bool Outbox::put(std::span<const backend::Iov> iov, std::size_t total, std::uint64_t data) noexcept {
   RingHeader* h = header();
-  if (total > slot_size_ || tail_ - h->head.load(std::memory_order_acquire) >= slots_) return false;
-  auto* slot =
-      reinterpret_cast<RingSlot*>(static_cast<char*>(map_) + sizeof(RingHeader) + (tail_ & (slots_ - 1)) * stride_);
+  if (total > geo_.slot_size || tail_ - h->head.load(std::memory_order_acquire) >= geo_.slots) return false;
+  RingSlot* slot = geo_.slot(map_, tail_);
   auto* out = reinterpret_cast<std::uint8_t*>(slot + 1);
   std::size_t at = 0;
   for (const auto& v : iov) {
@@ -208,7 +210,7 @@ bool Outbox::put(std::span<const backend::Iov> iov, std::size_t total, std::uint
   return true;
 }
 
-bool Outbox::full() const noexcept { return tail_ - header()->head.load(std::memory_order_acquire) >= slots_; }
+bool Outbox::full() const noexcept { return tail_ - header()->head.load(std::memory_order_acquire) >= geo_.slots; }
 
 std::uint64_t Outbox::handled() const noexcept { return header()->handled.load(std::memory_order_acquire); }
 

@@ -64,6 +64,20 @@ constexpr std::size_t kRingBytes = 4u << 20;
 /// `slot_size` bytes: 0 slots when no ring is made for such messages.
 std::size_t ring_slots(std::size_t max_recv, std::size_t slot_size) noexcept;
 
+/// A ring's shape, the same at both ends: `slots` slots (a power of two) of
+/// `slot_size` payload bytes, each `stride` bytes apart after the header,
+/// `bytes` in all.
+struct RingGeometry {
+  std::size_t slots = 0, slot_size = 0, stride = 0, bytes = 0;
+  /// The geometry of `slots` slots of `slot_size` bytes; false (and `out`
+  /// untouched) when that is no ring: a count that is not a power of two,
+  /// a slot size out of (0, kRingMaxSlot], or more than kRingBytes of
+  /// slots (checked without overflow: the values may come from a peer).
+  static bool make(std::size_t slots, std::size_t slot_size, RingGeometry& out) noexcept;
+  /// Slot number `seq` (modulo the count) of the ring mapped at `map`.
+  RingSlot* slot(void* map, std::uint64_t seq) const noexcept;
+};
+
 /// The owner's side: messages from the peer.
 class Inbox {
  public:
@@ -80,8 +94,8 @@ class Inbox {
   void close_fd() noexcept;
   int bell_fd() const noexcept { return bell_; }
   std::uint64_t nonce() const noexcept;
-  std::size_t slots() const noexcept { return slots_; }
-  std::size_t slot_size() const noexcept { return slot_size_; }
+  std::size_t slots() const noexcept { return geo_.slots; }
+  std::size_t slot_size() const noexcept { return geo_.slot_size; }
 
   /// The oldest message published and not yet taken: `message` with its
   /// bytes (valid until pop()) and data; `none`; or `broken` when the
@@ -109,7 +123,7 @@ class Inbox {
   int fd_ = -1;
   int bell_ = -1;
   void* map_ = nullptr;
-  std::size_t bytes_ = 0, slots_ = 0, slot_size_ = 0, stride_ = 0;
+  RingGeometry geo_;
   std::uint64_t head_ = 0;       // the owner's copy of header()->head
   std::uint64_t published_ = 0;  // the last count publish_handled stored
   RingHeader* header() const noexcept { return static_cast<RingHeader*>(map_); }
@@ -127,7 +141,7 @@ class Outbox {
   Outbox(const Outbox&) = delete;
   Outbox& operator=(const Outbox&) = delete;
 
-  std::size_t slot_size() const noexcept { return slot_size_; }
+  std::size_t slot_size() const noexcept { return geo_.slot_size; }
   /// Place one message (the gather list, `total` bytes, at most
   /// slot_size()) and publish it; rings the owner's bell when the ring was
   /// empty (the owner may be asleep). False when every slot is taken.
@@ -143,7 +157,7 @@ class Outbox {
   Outbox() = default;
   int bell_ = -1;  // the owner's eventfd, taken into this process
   void* map_ = nullptr;
-  std::size_t bytes_ = 0, slots_ = 0, slot_size_ = 0, stride_ = 0;
+  RingGeometry geo_;
   std::uint64_t tail_ = 0;  // this side's copy of header()->tail
   RingHeader* header() const noexcept { return static_cast<RingHeader*>(map_); }
 };
