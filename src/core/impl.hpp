@@ -729,6 +729,8 @@ class Agent : public std::enable_shared_from_this<Agent> {
   /// Doorbell rings the agent thread handled, and its sweeps (tests).
   std::uint64_t doorbells() const noexcept { return doorbells_.load(std::memory_order_relaxed); }
   std::uint64_t sweeps() const noexcept { return sweeps_.load(std::memory_order_relaxed); }
+  /// Reads of shared transport queues made by the agent thread (tests).
+  std::uint64_t queue_reads() const noexcept { return queue_reads_.load(std::memory_order_relaxed); }
   /// Have the agent thread look at this endpoint on its next turn (its fd
   /// did not fire: work queued from another thread).
   void look_at(const EndpointImpl* ep);
@@ -791,7 +793,7 @@ class Agent : public std::enable_shared_from_this<Agent> {
   Signal doorbell_;
   int doorbell_fd_ = -1;
   std::atomic<bool> stop_{false};
-  std::atomic<std::uint64_t> doorbells_{0}, sweeps_{0};
+  std::atomic<std::uint64_t> doorbells_{0}, sweeps_{0}, queue_reads_{0};
   std::thread thread_;
   std::atomic<std::thread::id> thread_id_{};  // thread_'s, once it runs
   Mutex mu_;

@@ -39,8 +39,12 @@ class SharedQueue : public ::testing::Test {
     PairOptions o;
     o.target_size = o.local_size = kConns * kChunk;
     o.connect = false;  // the connections are this fixture's own
+    o.fabric.busy_poll = busy_agents;
+    if (busy_agents) o.fabric.same_host = false;  // all traffic through the transport queues
     return o;
   }
+  // Set by SharedQueueBusyAgents for its tests.
+  static inline bool busy_agents = false;
 
   void connect_all() {
     for (int i = 0; i < kConns; ++i) {
@@ -267,6 +271,78 @@ TEST_F(SharedQueue, IdleConnectionsAreNotProgressed) {
   for (std::size_t i = 0; i < before.size(); ++i)
     EXPECT_LE(after[i] - before[i], 2u) << (i % 2 ? "initiator" : "target") << " endpoint " << i / 2
                                         << " was progressed while idle";
+}
+
+// The same connections between zones whose agents spin (FabricOptions::
+// busy_poll), over the transport queues only.
+class SharedQueueBusyAgents : public SharedQueue {
+ public:
+  static void SetUpTestSuite() { busy_agents = true; }
+  static void TearDownTestSuite() { busy_agents = false; }
+};
+
+// A queue whose endpoints a user drives, all of them, is the user's: once
+// a sweep of the agent found so, the agent no longer reads it. It used to
+// go on reading a queue it had started reading before the user came, for as
+// long as it kept polling (a busy agent always does; a sleeping one while
+// traffic kept the queue's try-wait failing), and so contended with the
+// user for the queue and the endpoints on every completion: a busy-polling
+// 8-byte write + flush took twice the CPU and 4 ms at p99.9.
+// A user descheduled for longer than the drive window (1 ms) gives the
+// queue back to the agent until the next sweep, so a few reads are allowed.
+TEST_F(SharedQueueBusyAgents, AQueueItsUserDrivesIsNotReadByTheAgent) {
+  connect_all();
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_EQ(iep[0].impl()->shared_queue.load(), iep[kConns - 1].impl()->shared_queue.load());
+  ASSERT_NE(iep[0].impl()->shared_queue.load(), nullptr);
+  auto& agent = *iz.impl()->agent;
+  constexpr int kDepth = 16;
+  std::uint64_t posted = 0, done = 0;
+  auto post = [&] {
+    const int i = static_cast<int>(posted % kConns);
+    Segment s(lmr, i * kChunk, kChunk);
+    ASSERT_OK(iep[i].read({&s, 1}, rr, i * kChunk, posted));
+    ++posted;
+  };
+  // Reads in flight while nobody polls: the agent reads the queue.
+  const std::uint64_t reads_before = agent.queue_reads();
+  for (int k = 0; k < kDepth; ++k) post();
+  const auto until = std::chrono::steady_clock::now() + kWait;
+  while (agent.queue_reads() == reads_before) {
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "the agent never read the queue";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // Now the user drives the queue, keeping kDepth reads in flight, while
+  // `stop` is false.
+  auto drive = [&](auto stop) {
+    Completion c[kDepth];
+    while (!stop()) {
+      ASSERT_LT(std::chrono::steady_clock::now(), until) << "no progress: " << done << " reads done";
+      const std::size_t n = icq.poll(c);
+      for (std::size_t k = 0; k < n; ++k) {
+        ASSERT_FALSE(c[k].status) << describe(c[k]);
+        ++done;
+        post();
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+  };
+  // Two sweeps: the second started after the user's first poll.
+  const std::uint64_t swept = agent.sweeps();
+  drive([&] { return agent.sweeps() >= swept + 2; });
+  ASSERT_FALSE(HasFatalFailure());
+  const std::uint64_t reads = agent.queue_reads();
+  const std::uint64_t done_before = done;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  drive([&] { return std::chrono::steady_clock::now() >= end; });
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_GT(done - done_before, 0u);
+  const std::uint64_t agent_reads = agent.queue_reads() - reads;
+  EXPECT_LT(agent_reads, (done - done_before) / 10 + 20) << "the agent read a queue its user drove " << agent_reads
+                                                         << " times, " << done - done_before << " reads done meanwhile";
+  // The last reads, collected before the connections go.
+  auto rest = collect(icq, posted - done);
+  EXPECT_EQ(rest.size(), posted - done);
 }
 
 }  // namespace

@@ -425,15 +425,22 @@ void Agent::run() {
       std::sort(queues_to_pump.begin(), queues_to_pump.end());
       queues_to_pump.erase(std::unique(queues_to_pump.begin(), queues_to_pump.end()), queues_to_pump.end());
       {
+        // A queue users drive every endpoint of is theirs: its fd left the
+        // set at the sweep that found so, and the agent does not read it
+        // either, also when it was reading it until then (a burst of traffic
+        // keeps the queue's try-wait failing, and reading on would make the
+        // agent contend with the users for the queue and the endpoints on
+        // every completion). A doorbell turn reads it all the same.
         MutexLock lock(mu_);
         for (auto* q : queues_to_pump)
-          if (queues_.count(q) != 0) pumped.push_back(q);
+          if (auto it = queues_.find(q); it != queues_.end() && (!it->second.all_driven || rung)) pumped.push_back(q);
       }
       queues_to_pump.clear();
       // The queues belong to the domain, which outlives this thread.
       std::shared_lock<std::shared_mutex> transport(zone_->transport_mu);
       for (auto* q : pumped) {
         ready.clear();
+        queue_reads_.fetch_add(1, std::memory_order_relaxed);
         if (q->pump(ready) > 0) ++work;
         for (void* o : ready) {
           fired.push_back(static_cast<const EndpointImpl*>(o));
