@@ -288,8 +288,6 @@ class SharedQueueBusyAgents : public SharedQueue {
 // traffic kept the queue's try-wait failing), and so contended with the
 // user for the queue and the endpoints on every completion: a busy-polling
 // 8-byte write + flush took twice the CPU and 4 ms at p99.9.
-// A user descheduled for longer than the drive window (1 ms) gives the
-// queue back to the agent until the next sweep, so a few reads are allowed.
 TEST_F(SharedQueueBusyAgents, AQueueItsUserDrivesIsNotReadByTheAgent) {
   connect_all();
   ASSERT_FALSE(HasFatalFailure());
@@ -313,11 +311,16 @@ TEST_F(SharedQueueBusyAgents, AQueueItsUserDrivesIsNotReadByTheAgent) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   // Now the user drives the queue, keeping kDepth reads in flight, while
-  // `stop` is false.
+  // `stop` is false; `gap` is the longest time between two of its polls.
+  std::chrono::nanoseconds gap{0};
+  auto last = std::chrono::steady_clock::now();
   auto drive = [&](auto stop) {
     Completion c[kDepth];
-    while (!stop()) {
-      ASSERT_LT(std::chrono::steady_clock::now(), until) << "no progress: " << done << " reads done";
+    do {
+      const auto now = std::chrono::steady_clock::now();
+      ASSERT_LT(now, until) << "no progress: " << done << " reads done";
+      gap = std::max<std::chrono::nanoseconds>(gap, now - last);
+      last = now;
       const std::size_t n = icq.poll(c);
       for (std::size_t k = 0; k < n; ++k) {
         ASSERT_FALSE(c[k].status) << describe(c[k]);
@@ -325,24 +328,37 @@ TEST_F(SharedQueueBusyAgents, AQueueItsUserDrivesIsNotReadByTheAgent) {
         post();
         if (::testing::Test::HasFatalFailure()) return;
       }
-    }
+    } while (!stop());
   };
-  // Two sweeps: the second started after the user's first poll.
-  const std::uint64_t swept = agent.sweeps();
-  drive([&] { return agent.sweeps() >= swept + 2; });
-  ASSERT_FALSE(HasFatalFailure());
-  const std::uint64_t reads = agent.queue_reads();
-  const std::uint64_t done_before = done;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
-  drive([&] { return std::chrono::steady_clock::now() >= end; });
-  ASSERT_FALSE(HasFatalFailure());
-  EXPECT_GT(done - done_before, 0u);
-  const std::uint64_t agent_reads = agent.queue_reads() - reads;
-  EXPECT_LT(agent_reads, (done - done_before) / 10 + 20) << "the agent read a queue its user drove " << agent_reads
-                                                         << " times, " << done - done_before << " reads done meanwhile";
+  // A poll claims the queue's endpoints for 1 ms: a user thread descheduled
+  // for longer (a loaded machine) rightly gives the queue back to the agent
+  // until the next sweep. So the agent's reads are counted over windows of
+  // 30 ms in which the user never paused for 0.5 ms since a poll before a
+  // whole sweep (a sweep is counted when it starts: the first one counted
+  // after the poll has ended when the second is).
+  bool measured = false;
+  for (int attempt = 0; attempt < 40 && !measured; ++attempt) {
+    gap = {};
+    last = std::chrono::steady_clock::now();
+    drive([] { return true; });  // one poll
+    const std::uint64_t swept = agent.sweeps();
+    drive([&] { return agent.sweeps() >= swept + 2; });
+    ASSERT_FALSE(HasFatalFailure());
+    const std::uint64_t reads = agent.queue_reads();
+    const std::uint64_t done_before = done;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(30);
+    drive([&] { return std::chrono::steady_clock::now() >= end; });
+    ASSERT_FALSE(HasFatalFailure());
+    if (gap >= std::chrono::microseconds(500)) continue;
+    measured = true;
+    EXPECT_GT(done - done_before, 0u);
+    EXPECT_EQ(agent.queue_reads(), reads)
+        << "the agent read a queue its user drove, " << done - done_before << " reads done meanwhile";
+  }
   // The last reads, collected before the connections go.
   auto rest = collect(icq, posted - done);
   EXPECT_EQ(rest.size(), posted - done);
+  if (!measured) GTEST_SKIP() << "the machine was too busy: the test thread paused for 0.5 ms in every window";
 }
 
 }  // namespace
