@@ -333,11 +333,14 @@ TEST_F(SharedQueueBusyAgents, AQueueItsUserDrivesIsNotReadByTheAgent) {
   // A poll claims the queue's endpoints for 1 ms: a user thread descheduled
   // for longer (a loaded machine) rightly gives the queue back to the agent
   // until the next sweep. So the agent's reads are counted over windows of
-  // 30 ms in which the user never paused for 0.5 ms since a poll before a
+  // 30 ms in which the user never paused for 0.4 ms since a poll before a
   // whole sweep (a sweep is counted when it starts: the first one counted
-  // after the poll has ended when the second is).
-  bool measured = false;
-  for (int attempt = 0; attempt < 40 && !measured; ++attempt) {
+  // after the poll has ended when the second is). The agent that read the
+  // queue on every turn did so in every window; now a window without a read
+  // must come (and on a quiet machine the first one does).
+  int clean = 0, unread = 0;
+  std::uint64_t fewest = ~std::uint64_t{0};
+  for (int attempt = 0; attempt < 40 && unread == 0; ++attempt) {
     gap = {};
     last = std::chrono::steady_clock::now();
     drive([] { return true; });  // one poll
@@ -349,16 +352,19 @@ TEST_F(SharedQueueBusyAgents, AQueueItsUserDrivesIsNotReadByTheAgent) {
     const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(30);
     drive([&] { return std::chrono::steady_clock::now() >= end; });
     ASSERT_FALSE(HasFatalFailure());
-    if (gap >= std::chrono::microseconds(500)) continue;
-    measured = true;
+    if (gap >= std::chrono::microseconds(400)) continue;
+    ++clean;
     EXPECT_GT(done - done_before, 0u);
-    EXPECT_EQ(agent.queue_reads(), reads)
-        << "the agent read a queue its user drove, " << done - done_before << " reads done meanwhile";
+    const std::uint64_t n = agent.queue_reads() - reads;
+    fewest = std::min(fewest, n);
+    if (n == 0) ++unread;
   }
   // The last reads, collected before the connections go.
   auto rest = collect(icq, posted - done);
   EXPECT_EQ(rest.size(), posted - done);
-  if (!measured) GTEST_SKIP() << "the machine was too busy: the test thread paused for 0.5 ms in every window";
+  if (clean == 0) GTEST_SKIP() << "the machine was too busy: the test thread paused for 0.4 ms in every window";
+  EXPECT_GT(unread, 0) << "the agent read a queue its user drove in each of " << clean
+                       << " windows of steady polling, at least " << fewest << " times";
 }
 
 }  // namespace
