@@ -652,6 +652,9 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   bool ring_idle() REMORA_REQUIRES(mu);
   /// Unmap both rings; this side's bell leaves the agent and the queues.
   void drop_rings() REMORA_REQUIRES(mu);
+  /// Unmap this side's ring (the peer refused it, or the connection ends);
+  /// its bell leaves the agent and the queues.
+  void drop_inbox() REMORA_REQUIRES(mu);
   /// Handle every completion the transport already has.
   void drain() REMORA_REQUIRES(mu);
   /// Posts receive buffer `rxs` (again): 0, or the transport's error.

@@ -4,6 +4,7 @@
 // zones of a Pair live in this process: pidfd_getfd on our own pid and the
 // shared mappings exercise the real path.
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -521,6 +522,100 @@ TEST(RingInbox, TheRingCannotBeShrunk) {
   auto in = detail::direct::Inbox::create(4, 64, why);
   ASSERT_TRUE(in) << why;
   EXPECT_NE(::ftruncate(in->fd(), 0), 0);
+}
+
+// Rings hold at most a quarter of the open-file limit in descriptors (each
+// inbox its bell, each outbox the peer's): on the same host, 10,000
+// connections used to need three descriptors each and ran out of them
+// (the provider failed to connect). Connections beyond the rings' share
+// still connect and carry their messages, over the transport; an inbox the
+// peer refused gives its bell back at once.
+TEST(RingBudget, ConnectionsBeyondTheRingsShareOfDescriptorsSendOverTheTransport) {
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  ASSERT_GE(old.rlim_cur, 256u) << "this test lowers the open-file limit to 256";
+  ::setenv("REMORA_SAMEHOST", "1", 1);
+  struct Restore {
+    rlimit lim;
+    ~Restore() {
+      ::setrlimit(RLIMIT_NOFILE, &lim);
+      ::unsetenv("REMORA_SAMEHOST");
+    }
+  } restore{old};
+  constexpr int kConns = 24;
+  PairOptions o;
+  o.connect = false;
+  o.target_size = o.local_size = kConns * 64;
+  Pair p(o);
+  rlimit low = old;
+  low.rlim_cur = 256;  // the rings may hold 64 descriptors: 16 connections' worth in this process
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  ASSERT_EQ(detail::direct::ring_fd_cap(), 64u);
+  ASSERT_EQ(detail::direct::ring_fds_held(), 0u);
+  std::vector<Endpoint> tep(kConns), iep(kConns);
+  EndpointOptions eo;
+  eo.max_recv = 4;
+  for (int i = 0; i < kConns; ++i) {
+    eo.send_cq = &p.tcq;
+    tep[i] = MUST(p.tz.create_endpoint(eo));
+    eo.send_cq = &p.icq;
+    iep[i] = MUST(p.iz.create_endpoint(eo));
+    ASSERT_OK(iep[i].connect("127.0.0.1", p.lis.port()));
+    auto req = MUST(p.lis.next_request(kWait));
+    ASSERT_OK(req.accept(tep[i]));
+    ASSERT_EQ(MUST(iep[i].next_event(kWait)).type, ConnectionEventType::established) << "connection " << i;
+    ASSERT_EQ(MUST(tep[i].next_event(kWait)).type, ConnectionEventType::established) << "connection " << i;
+    EXPECT_LE(detail::direct::ring_fds_held(), detail::direct::ring_fd_cap());
+  }
+  // Every offer answered: each end took the other's direct offer, and its
+  // own ring was taken or is gone.
+  auto settled = [](const Endpoint& ep) {
+    detail::MutexLock lock(ep.impl()->mu);
+    return ep.impl()->direct_peer && (ep.impl()->inbox_taken || !ep.impl()->inbox);
+  };
+  const auto until = std::chrono::steady_clock::now() + kWait;
+  for (int i = 0; i < kConns; ++i)
+    while (!settled(iep[i]) || !settled(tep[i])) {
+      ASSERT_LT(std::chrono::steady_clock::now(), until) << "connection " << i << "'s ring offers never settled";
+      std::this_thread::sleep_for(1ms);
+    }
+  // What the rings hold is what the endpoints hold: a bell per inbox and
+  // per outbox (the memfds were closed on the answers).
+  std::size_t held = 0;
+  for (auto* eps : {&iep, &tep})
+    for (const auto& ep : *eps) {
+      detail::MutexLock lock(ep.impl()->mu);
+      held += (ep.impl()->inbox ? 1u : 0u) + (ep.impl()->outbox ? 1u : 0u);
+    }
+  EXPECT_EQ(detail::direct::ring_fds_held(), held);
+  EXPECT_LE(held, 64u);
+  // One message on every connection.
+  for (int i = 0; i < kConns; ++i) {
+    Segment r(p.tmr, 64 * static_cast<std::size_t>(i), 64);
+    ASSERT_OK(tep[i].recv({&r, 1}, static_cast<std::uint64_t>(i)));
+  }
+  for (int i = 0; i < kConns; ++i) {
+    const auto src = pattern(64, static_cast<std::uint8_t>(i));
+    std::memcpy(p.local_mem.data() + 64 * static_cast<std::size_t>(i), src.data(), 64);
+    Segment s(p.lmr, 64 * static_cast<std::size_t>(i), 64);
+    ASSERT_OK(iep[i].send({&s, 1}, static_cast<std::uint64_t>(i)));
+  }
+  auto sent = collect(p.icq, kConns);
+  ASSERT_EQ(sent.size(), static_cast<std::size_t>(kConns)) << describe(sent);
+  for (const auto& c : sent) EXPECT_FALSE(c.status) << describe(c);
+  auto got = collect(p.tcq, kConns);
+  ASSERT_EQ(got.size(), static_cast<std::size_t>(kConns)) << describe(got);
+  for (const auto& c : got) {
+    EXPECT_FALSE(c.status) << describe(c);
+    EXPECT_EQ(c.length, 64u);
+  }
+  for (int i = 0; i < kConns; ++i)
+    EXPECT_EQ(0, std::memcmp(p.target_mem.data() + 64 * i, pattern(64, static_cast<std::uint8_t>(i)).data(), 64))
+        << "connection " << i;
+  int on_rings = 0;
+  for (int i = 0; i < kConns; ++i) on_rings += ring_sent(iep[i]) > 0 ? 1 : 0;
+  EXPECT_GT(on_rings, 0) << "no connection got a ring";
+  EXPECT_LT(on_rings, kConns) << "every connection got a ring: the rings held more than their share";
 }
 
 }  // namespace

@@ -5,9 +5,11 @@
 #include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -20,7 +22,38 @@ namespace {
 
 std::size_t stride_of(std::size_t slot_size) noexcept { return (sizeof(RingSlot) + slot_size + 63) & ~std::size_t{63}; }
 
+std::atomic<std::size_t> g_ring_fds{0};
+
+// Count `n` more descriptors for rings; false (nothing counted) when that
+// would pass ring_fd_cap().
+bool charge_fds(std::size_t n, std::string& why) noexcept {
+  const std::size_t cap = ring_fd_cap();
+  std::size_t held = g_ring_fds.load(std::memory_order_relaxed);
+  do {
+    if (held + n > cap) {
+      why = "the rings of this process hold " + std::to_string(held) + " descriptors, their share (a quarter) of " +
+            "the open-file limit (ulimit -n); this connection's messages go over the transport";
+      return false;
+    }
+  } while (!g_ring_fds.compare_exchange_weak(held, held + n, std::memory_order_relaxed));
+  return true;
+}
+
+void release_fds(std::size_t& charged, std::size_t n) noexcept {
+  n = std::min(n, charged);
+  charged -= n;
+  g_ring_fds.fetch_sub(n, std::memory_order_relaxed);
+}
+
 }  // namespace
+
+std::size_t ring_fds_held() noexcept { return g_ring_fds.load(std::memory_order_relaxed); }
+
+std::size_t ring_fd_cap() noexcept {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return SIZE_MAX / 4;
+  return static_cast<std::size_t>(rl.rlim_cur / 4);
+}
 
 bool RingGeometry::make(std::size_t slots, std::size_t slot_size, RingGeometry& out) noexcept {
   if (slots == 0 || !std::has_single_bit(slots) || slot_size == 0 || slot_size > kRingMaxSlot) return false;
@@ -49,6 +82,8 @@ std::unique_ptr<Inbox> Inbox::create(std::size_t slots, std::size_t slot_size, s
     why = "no ring for messages of this size";
     return nullptr;
   }
+  if (!charge_fds(2, why)) return nullptr;  // the memfd and the bell
+  b->charged_ = 2;
   b->fd_ = static_cast<int>(::memfd_create("remora-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (b->fd_ < 0) {
     why = errno_text("memfd_create");
@@ -93,6 +128,7 @@ Inbox::~Inbox() {
   if (map_ != nullptr) ::munmap(map_, geo_.bytes);
   if (fd_ >= 0) ::close(fd_);
   if (bell_ >= 0) ::close(bell_);
+  release_fds(charged_, charged_);
 }
 
 std::uint64_t Inbox::nonce() const noexcept { return header()->nonce.load(std::memory_order_relaxed); }
@@ -137,8 +173,10 @@ bool Inbox::idle() const noexcept {
 }
 
 void Inbox::close_fd() noexcept {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ < 0) return;
+  ::close(fd_);
   fd_ = -1;
+  release_fds(charged_, 1);
 }
 
 // ---- sender ----
@@ -150,6 +188,8 @@ std::unique_ptr<Outbox> Outbox::open(const Peer& peer, int fd, int bell, std::ui
     why = "malformed ring offer";
     return nullptr;
   }
+  if (!charge_fds(2, why)) return nullptr;  // the ring's memfd (until mapped) and the bell
+  o->charged_ = 2;
   const int rfd = peer.take_fd(fd);
   if (rfd < 0) {
     why = errno_text("pidfd_getfd (ring)");
@@ -163,6 +203,7 @@ std::unique_ptr<Outbox> Outbox::open(const Peer& peer, int fd, int bell, std::ui
   }
   void* m = ::mmap(nullptr, o->geo_.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, rfd, 0);
   ::close(rfd);
+  release_fds(o->charged_, 1);
   if (m == MAP_FAILED) {
     why = errno_text("mmap (ring)");
     return nullptr;
@@ -187,6 +228,7 @@ std::unique_ptr<Outbox> Outbox::open(const Peer& peer, int fd, int bell, std::ui
 Outbox::~Outbox() {
   if (map_ != nullptr) ::munmap(map_, geo_.bytes);
   if (bell_ >= 0) ::close(bell_);
+  release_fds(charged_, charged_);
 }
 
 bool Outbox::put(std::span<const backend::Iov> iov, std::size_t total, std::uint64_t data) noexcept {

@@ -78,11 +78,20 @@ struct RingGeometry {
   RingSlot* slot(void* map, std::uint64_t seq) const noexcept;
 };
 
+/// Descriptors held by the rings of this process (each inbox its eventfd,
+/// and its memfd until the peer answered the offer; each outbox the peer's
+/// eventfd): rings are made only while this stays within a quarter of the
+/// soft RLIMIT_NOFILE, so that connections beyond it still get their
+/// sockets (their messages then go over the transport).
+std::size_t ring_fds_held() noexcept;
+/// That quarter of the soft limit, now.
+std::size_t ring_fd_cap() noexcept;
+
 /// The owner's side: messages from the peer.
 class Inbox {
  public:
   /// Null (and `why` set) when the memfd, its mapping or the eventfd cannot
-  /// be made.
+  /// be made, or the rings hold their share of descriptors already.
   static std::unique_ptr<Inbox> create(std::size_t slots, std::size_t slot_size, std::string& why);
   ~Inbox();
   Inbox(const Inbox&) = delete;
@@ -122,6 +131,7 @@ class Inbox {
   Inbox() = default;
   int fd_ = -1;
   int bell_ = -1;
+  std::size_t charged_ = 0;  // descriptors counted in ring_fds_held()
   void* map_ = nullptr;
   RingGeometry geo_;
   std::uint64_t head_ = 0;       // the owner's copy of header()->head
@@ -134,7 +144,8 @@ class Outbox {
  public:
   /// The inbox the peer offered (its descriptor and bell numbers in the
   /// peer's process, taken through `peer`'s pidfd), checked against the
-  /// offered nonce and geometry. Null, with `why` set, when it cannot be.
+  /// offered nonce and geometry. Null, with `why` set, when it cannot be
+  /// (also when the rings hold their share of descriptors already).
   static std::unique_ptr<Outbox> open(const Peer& peer, int fd, int bell, std::uint64_t nonce, std::size_t slots,
                                       std::size_t slot_size, std::string& why);
   ~Outbox();
@@ -155,7 +166,8 @@ class Outbox {
 
  private:
   Outbox() = default;
-  int bell_ = -1;  // the owner's eventfd, taken into this process
+  int bell_ = -1;            // the owner's eventfd, taken into this process
+  std::size_t charged_ = 0;  // descriptors counted in ring_fds_held()
   void* map_ = nullptr;
   RingGeometry geo_;
   std::uint64_t tail_ = 0;  // this side's copy of header()->tail

@@ -119,6 +119,10 @@ void EndpointImpl::drop_rings() {
   outbox.reset();
   inbox_taken = false;
   ring_in_flight = 0;
+  drop_inbox();
+}
+
+void EndpointImpl::drop_inbox() {
   if (!inbox) return;
   zone->agent->watch_ring(this, inbox, false);
   for (CqImpl* cq : {send_cq.get(), recv_cq.get()}) cq->watch_ring(*this, inbox, false);

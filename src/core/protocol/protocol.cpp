@@ -204,6 +204,9 @@ void EndpointImpl::handle_reply(const wire::Ctl& rep) {
     inbox_taken = inbox && rep.status == 0;
     if (inbox) inbox->close_fd();  // mapped by the peer, or never will be
     if (inbox_taken) pump_deferred();
+    // Refused (the peer cannot map it, or its rings hold their share of
+    // descriptors): nobody will write to it, so its bell goes now.
+    if (!inbox_taken) drop_inbox();
     return;
   }
   if (rep.op == wire::op_direct_revoke) {
