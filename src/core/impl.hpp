@@ -539,6 +539,13 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   std::shared_ptr<direct::Inbox> inbox REMORA_GUARDED_BY(mu);
   std::unique_ptr<direct::Outbox> outbox REMORA_GUARDED_BY(mu);
   bool inbox_taken REMORA_GUARDED_BY(mu) = false;
+  // The peer's direct offer was handled (taken or not), and a ring offer
+  // that came before it, kept until then: the passive side may take this
+  // side's direct offer and offer its ring before it sends its own direct
+  // offer (it handles its established event after the data), and without a
+  // direct peer this side could not map the ring yet.
+  bool peer_offer_seen REMORA_GUARDED_BY(mu) = false;
+  std::optional<wire::Ctl> early_ring_offer REMORA_GUARDED_BY(mu);
   std::uint32_t ring_in_flight REMORA_GUARDED_BY(mu) = 0;
   // Sends placed in the peer's inbox, and messages taken from this side's
   // (tests look at them).

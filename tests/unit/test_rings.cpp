@@ -618,4 +618,77 @@ TEST(RingBudget, ConnectionsBeyondTheRingsShareOfDescriptorsSendOverTheTransport
   EXPECT_LT(on_rings, kConns) << "every connection got a ring: the rings held more than their share";
 }
 
+// The passive side may take the active side's direct offer, and offer its
+// ring, before it handled its own established event, which is when it sends
+// its direct offer (a busy agent looks at connection management on every
+// 64th turn only, at traffic on every turn). The active side then gets the
+// ring offer before it can reach the peer's memory: it keeps the offer and
+// answers it once the direct offer is handled. It used to refuse it, and
+// about a quarter of 1,000 connections into one same-host target went
+// without a ring one way.
+TEST(RingOffer, ARingOfferBeforeThePeersDirectOfferIsTakenOnceThatCame) {
+  ::setenv("REMORA_SAMEHOST", "1", 1);
+  struct Unset {
+    ~Unset() { ::unsetenv("REMORA_SAMEHOST"); }
+  } unset;
+  Fabric fabric = MUST(Fabric::open());
+  ZoneOptions zo;
+  zo.progress_thread = false;  // the test orders the two sides' work
+  ProtectionZone tz = MUST(fabric.create_zone(zo)), iz = MUST(fabric.create_zone(zo));
+  CompletionQueue tcq = MUST(tz.create_cq()), icq = MUST(iz.create_cq());
+  Listener lis = MUST(tz.listen("127.0.0.1", 0));
+  EndpointOptions to, io;
+  to.send_cq = &tcq;
+  to.max_recv = 4;
+  io.send_cq = &icq;
+  io.max_recv = 4;
+  Endpoint tep = MUST(tz.create_endpoint(to)), iep = MUST(iz.create_endpoint(io));
+  ASSERT_OK(iep.connect("127.0.0.1", lis.port()));
+  Result<ConnectionRequest> req = Errc::timeout;
+  for (int i = 0; i < 5000 && !req; ++i) {
+    (void)iz.progress();
+    (void)tz.progress();
+    req = lis.next_request(1ms);
+  }
+  ASSERT_TRUE(req.ok()) << "no connection request";
+  ASSERT_OK(req->accept(tep));
+  // The target's provider completes the handshake (its connection-management
+  // progress, without reading the events), the initiator runs (its
+  // established event, its direct offer), and at the target only the
+  // endpoint's traffic is handled (a poll of its queue drives the endpoint,
+  // not connection management): it takes the direct offer and offers its
+  // ring while its own established event waits.
+  auto offered = [&] {
+    detail::MutexLock lock(tep.impl()->mu);
+    return tep.impl()->inbox != nullptr;
+  };
+  auto side_steps = [&] {
+    {
+      std::shared_lock<std::shared_mutex> transport(tz.impl()->transport_mu);
+      (void)tz.impl()->domain->cm_try_wait();
+    }
+    (void)iz.progress();
+    Completion c[4];
+    (void)tcq.poll(c);
+    std::this_thread::sleep_for(1ms);
+  };
+  for (int i = 0; i < 5000 && !offered(); ++i) side_steps();
+  ASSERT_TRUE(offered()) << "the target never offered its ring before its established event";
+  for (int i = 0; i < 20; ++i) side_steps();  // the initiator gets the offer
+  {
+    detail::MutexLock lock(iep.impl()->mu);
+    EXPECT_TRUE(iep.impl()->early_ring_offer.has_value()) << "the offer was answered before the direct offer came";
+  }
+  EXPECT_EQ(tep.state(), EndpointState::connect_pending);
+  EXPECT_FALSE(RingsDriven::ready(tep)) << "answered before the initiator could reach the target";
+  // Now everything runs: the target's established event, its direct offer,
+  // and then the answer to its ring offer.
+  for (int i = 0; i < 5000 && !(RingsDriven::ready(iep) && RingsDriven::ready(tep)); ++i) {
+    (void)tz.progress();
+    (void)iz.progress();
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_TRUE(RingsDriven::ready(iep)) << "the initiator cannot send on the target's ring";
+  EXPECT_TRUE(RingsDriven::ready(tep)) << "the target cannot send on the initiator's ring";
+}
 }  // namespace

@@ -51,6 +51,8 @@ Result<void> EndpointImpl::setup_connection(const std::shared_ptr<void>& request
   direct_peer.reset();
   direct_why_not.clear();
   offer_answered = peer_maps_regions = false;
+  peer_offer_seen = false;
+  early_ring_offer.reset();
   revokes_sent = revokes_answered = 0;
   conn = std::move(*c);
   conn->set_owner(this);  // identity in the shared queue's ready reports (Agent::look_at)

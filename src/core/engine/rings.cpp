@@ -30,6 +30,13 @@ void EndpointImpl::offer_inbox() {
 }
 
 void EndpointImpl::accept_ring_offer(const wire::Ctl& offer) {
+  // Before the peer's own direct offer: answered once that is handled
+  // (accept_direct_offer), when this side knows whether it can reach the
+  // peer's memory.
+  if (!peer_offer_seen && !direct_peer && !early_ring_offer) {
+    early_ring_offer = offer;
+    return;
+  }
   wire::Ctl rep = offer;
   rep.status = static_cast<std::uint16_t>(Errc::not_supported);
   if (!outbox && direct_peer) {

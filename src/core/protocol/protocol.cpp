@@ -272,6 +272,13 @@ void EndpointImpl::accept_direct_offer(const wire::Ctl& offer) {
   // The peer is a process of this host this side can reach: offer it this
   // side's inbox for its sends.
   if (direct_peer) offer_inbox();
+  // A ring offer that came first is answered now.
+  peer_offer_seen = true;
+  if (early_ring_offer) {
+    const wire::Ctl ring = *early_ring_offer;
+    early_ring_offer.reset();
+    accept_ring_offer(ring);
+  }
 }
 
 std::uint64_t EndpointImpl::ask_revoke(std::uint8_t what, std::shared_ptr<direct::Peer>& bell) {
