@@ -32,8 +32,10 @@ void EndpointImpl::offer_inbox() {
 void EndpointImpl::accept_ring_offer(const wire::Ctl& offer) {
   // Before the peer's own direct offer: answered once that is handled
   // (accept_direct_offer), when this side knows whether it can reach the
-  // peer's memory.
-  if (!peer_offer_seen && !direct_peer && !early_ring_offer) {
+  // peer's memory. (With the path off here, it cannot: answered now. A peer
+  // that offers a ring and never its table gets no answer, and its sends
+  // stay on the transport.)
+  if (zone->direct && !peer_offer_seen && !direct_peer && !early_ring_offer) {
     early_ring_offer = offer;
     return;
   }
