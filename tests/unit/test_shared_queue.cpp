@@ -336,8 +336,10 @@ TEST_F(SharedQueueBusyAgents, AQueueItsUserDrivesIsNotReadByTheAgent) {
   // 30 ms in which the user never paused for 0.4 ms since a poll before a
   // whole sweep (a sweep is counted when it starts: the first one counted
   // after the poll has ended when the second is). The agent that read the
-  // queue on every turn did so in every window; now a window without a read
-  // must come (and on a quiet machine the first one does).
+  // queue on every turn did so hundreds of times in every window; now a
+  // window with at most a few reads must come (on a quiet machine the first
+  // one has none; under TSan's load a clean window once had 4).
+  constexpr std::uint64_t kFewReads = 16;
   int clean = 0, unread = 0;
   std::uint64_t fewest = ~std::uint64_t{0};
   for (int attempt = 0; attempt < 40 && unread == 0; ++attempt) {
@@ -357,14 +359,15 @@ TEST_F(SharedQueueBusyAgents, AQueueItsUserDrivesIsNotReadByTheAgent) {
     EXPECT_GT(done - done_before, 0u);
     const std::uint64_t n = agent.queue_reads() - reads;
     fewest = std::min(fewest, n);
-    if (n == 0) ++unread;
+    if (n <= kFewReads) ++unread;
   }
   // The last reads, collected before the connections go.
   auto rest = collect(icq, posted - done);
   EXPECT_EQ(rest.size(), posted - done);
   if (clean == 0) GTEST_SKIP() << "the machine was too busy: the test thread paused for 0.4 ms in every window";
   EXPECT_GT(unread, 0) << "the agent read a queue its user drove in each of " << clean
-                       << " windows of steady polling, at least " << fewest << " times";
+                       << " windows of steady polling, at least " << fewest << " times (at most " << kFewReads
+                       << " expected in one)";
 }
 
 }  // namespace
