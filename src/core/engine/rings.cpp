@@ -35,7 +35,7 @@ void EndpointImpl::accept_ring_offer(const wire::Ctl& offer) {
   // peer's memory. (With the path off here, it cannot: answered now. A peer
   // that offers a ring and never its table gets no answer, and its sends
   // stay on the transport.)
-  if (zone->direct && !peer_offer_seen && !direct_peer && !early_ring_offer) {
+  if (zone->direct && !peer_offer_seen && !early_ring_offer) {
     early_ring_offer = offer;
     return;
   }

@@ -202,11 +202,14 @@ void EndpointImpl::handle_reply(const wire::Ctl& rep) {
   }
   if (rep.op == wire::op_ring_offer) {
     inbox_taken = inbox && rep.status == 0;
-    if (inbox) inbox->close_fd();  // mapped by the peer, or never will be
-    if (inbox_taken) pump_deferred();
-    // Refused (the peer cannot map it, or its rings hold their share of
-    // descriptors): nobody will write to it, so its bell goes now.
-    if (!inbox_taken) drop_inbox();
+    if (inbox_taken) {
+      inbox->close_fd();  // mapped by the peer
+      pump_deferred();
+    } else {
+      // Refused (the peer cannot map it, or its rings hold their share of
+      // descriptors): nobody will write to it, so it goes with its bell.
+      drop_inbox();
+    }
     return;
   }
   if (rep.op == wire::op_direct_revoke) {
