@@ -286,12 +286,7 @@ TEST(CompletionQueue, AnAcknowledgementBehindABurstThatTookEveryReceiveBufferCom
     }
   };
   ASSERT_OK(iep.connect("127.0.0.1", lis.port()));
-  Result<ConnectionRequest> req = Errc::timeout;
-  for (int i = 0; i < 5000 && !req; ++i) {
-    (void)tz.progress();
-    (void)iz.progress();
-    req = lis.next_request(1ms);
-  }
+  auto req = next_request_driven(lis, tz, iz);
   ASSERT_TRUE(req.ok()) << "no connection request";
   ASSERT_OK(req->accept(tep));
   settle();

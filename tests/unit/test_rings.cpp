@@ -17,15 +17,18 @@ namespace {
 
 using namespace unit;
 
-/// Wait until `ep` may place sends in its peer's inbox (the offers travel
-/// in band after the connection is established).
+/// `ep` may place sends in its peer's inbox, and the peer in its own.
+bool rings_set(const Endpoint& ep) {
+  detail::MutexLock lock(ep.impl()->mu);
+  return ep.impl()->outbox && ep.impl()->inbox_taken;
+}
+
+/// Wait until rings_set(ep) (the offers travel in band after the
+/// connection is established).
 bool ring_ready(const Endpoint& ep, std::chrono::milliseconds timeout = kWait) {
   const auto until = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    {
-      detail::MutexLock lock(ep.impl()->mu);
-      if (ep.impl()->outbox && ep.impl()->inbox_taken) return true;
-    }
+    if (rings_set(ep)) return true;
     if (std::chrono::steady_clock::now() >= until) return false;
     std::this_thread::sleep_for(1ms);
   }
@@ -177,23 +180,15 @@ class RingsDriven : public ::testing::Test {
     tep = MUST(tz.create_endpoint(to));
     iep = MUST(iz.create_endpoint(io));
     ASSERT_OK(iep.connect("127.0.0.1", lis.port()));
-    Result<ConnectionRequest> req = Errc::timeout;
-    for (int i = 0; i < 5000 && !req; ++i) {
-      settle(1);
-      req = lis.next_request(1ms);
-    }
+    auto req = next_request_driven(lis, tz, iz);
     ASSERT_TRUE(req.ok()) << "no connection request";
     ASSERT_OK(req->accept(tep));
-    for (int i = 0; i < 5000 && !(ready(iep) && ready(tep)); ++i) settle(1);
-    ASSERT_TRUE(ready(iep) && ready(tep)) << "the rings were never set up";
+    for (int i = 0; i < 5000 && !(rings_set(iep) && rings_set(tep)); ++i) settle(1);
+    ASSERT_TRUE(rings_set(iep) && rings_set(tep)) << "the rings were never set up";
     ASSERT_EQ(MUST(iep.next_event(0ms)).type, ConnectionEventType::established);
     ASSERT_EQ(MUST(tep.next_event(0ms)).type, ConnectionEventType::established);
   }
   void TearDown() override { ::unsetenv("REMORA_SAMEHOST"); }
-  static bool ready(const Endpoint& ep) {
-    detail::MutexLock lock(ep.impl()->mu);
-    return ep.impl()->outbox && ep.impl()->inbox_taken;
-  }
   void settle(int rounds = 50) {
     for (int i = 0; i < rounds; ++i) {
       (void)tz.progress();
@@ -644,12 +639,7 @@ TEST(RingOffer, ARingOfferBeforeThePeersDirectOfferIsTakenOnceThatCame) {
   io.max_recv = 4;
   Endpoint tep = MUST(tz.create_endpoint(to)), iep = MUST(iz.create_endpoint(io));
   ASSERT_OK(iep.connect("127.0.0.1", lis.port()));
-  Result<ConnectionRequest> req = Errc::timeout;
-  for (int i = 0; i < 5000 && !req; ++i) {
-    (void)iz.progress();
-    (void)tz.progress();
-    req = lis.next_request(1ms);
-  }
+  auto req = next_request_driven(lis, tz, iz);
   ASSERT_TRUE(req.ok()) << "no connection request";
   ASSERT_OK(req->accept(tep));
   // The target's provider completes the handshake (its connection-management
@@ -680,15 +670,15 @@ TEST(RingOffer, ARingOfferBeforeThePeersDirectOfferIsTakenOnceThatCame) {
     EXPECT_TRUE(iep.impl()->early_ring_offer.has_value()) << "the offer was answered before the direct offer came";
   }
   EXPECT_EQ(tep.state(), EndpointState::connect_pending);
-  EXPECT_FALSE(RingsDriven::ready(tep)) << "answered before the initiator could reach the target";
+  EXPECT_FALSE(rings_set(tep)) << "answered before the initiator could reach the target";
   // Now everything runs: the target's established event, its direct offer,
   // and then the answer to its ring offer.
-  for (int i = 0; i < 5000 && !(RingsDriven::ready(iep) && RingsDriven::ready(tep)); ++i) {
+  for (int i = 0; i < 5000 && !(rings_set(iep) && rings_set(tep)); ++i) {
     (void)tz.progress();
     (void)iz.progress();
     std::this_thread::sleep_for(1ms);
   }
-  EXPECT_TRUE(RingsDriven::ready(iep)) << "the initiator cannot send on the target's ring";
-  EXPECT_TRUE(RingsDriven::ready(tep)) << "the target cannot send on the initiator's ring";
+  EXPECT_TRUE(rings_set(iep)) << "the initiator cannot send on the target's ring";
+  EXPECT_TRUE(rings_set(tep)) << "the target cannot send on the initiator's ring";
 }
 }  // namespace

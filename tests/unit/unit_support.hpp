@@ -120,6 +120,19 @@ inline std::vector<std::uint8_t> pattern(std::size_t n, std::uint8_t seed) {
 constexpr Access kLocal = Access::local_read | Access::local_write;
 constexpr Access kRemote = Access::remote_read | Access::remote_write;
 
+/// The next connection request of `lis` when the zones have no progress
+/// threads: `a` and `b` are driven by hand while it waits (up to about 5 s;
+/// Errc::timeout then).
+inline Result<ConnectionRequest> next_request_driven(Listener& lis, ProtectionZone& a, ProtectionZone& b) {
+  Result<ConnectionRequest> req = Errc::timeout;
+  for (int i = 0; i < 5000 && !req; ++i) {
+    (void)a.progress();
+    (void)b.progress();
+    req = lis.next_request(std::chrono::milliseconds(1));
+  }
+  return req;
+}
+
 struct PairOptions {
   EndpointOptions initiator{};  // send_cq is filled in
   EndpointOptions target{};     // send_cq is filled in
