@@ -140,6 +140,10 @@ struct ZoneImpl : std::enable_shared_from_this<ZoneImpl> {
   // creation, then constant.
   std::unique_ptr<direct::Table> direct;
   std::string direct_why_not;
+  // Large cross-memory transfers of this zone's connections split over two
+  // threads (src/core/direct/copier.hpp), unless REMORA_COPY_HELPER=0 when
+  // the zone was made. Set at creation, then constant.
+  bool direct_split = true;
   // Files that registered ranges of this zone are shared mappings of
   // (find_shared_file): one descriptor per file and open mode, however many
   // regions lie in it (a program registering thousands of ranges of one

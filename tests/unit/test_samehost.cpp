@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/direct/copier.hpp"
 #include "core/impl.hpp"
 #include "unit_support.hpp"
 
@@ -1098,6 +1099,73 @@ void expect_all_over_the_transport(Pair& p) {
   ASSERT_EQ(c.size(), 1u);
   EXPECT_FALSE(c[0].status);
   EXPECT_EQ(mapped_ops(p.iep), 0u);
+}
+
+// ---- large transfers on two threads (src/core/direct/copier.hpp) ----
+
+std::uint64_t splits() { return detail::direct::copies_helped() + detail::direct::copies_taken_back(); }
+
+/// A write of `len` bytes (from a local region of that size) into a
+/// registered (not shareable) region of the target with guard pages, then a
+/// read of it back into other local memory: every byte where it belongs,
+/// both placed directly. Returns the transfers split meanwhile.
+std::uint64_t write_and_read_large(Pair& p, std::size_t len) {
+  auto src = pattern(len, 9);
+  std::vector<std::uint8_t> back(len, 0);
+  std::vector<std::uint8_t> far(len + 2 * 4096, 0xA5);
+  auto smr = MUST(p.iz.register_memory(src.data(), len, Access::local_read | Access::local_write));
+  auto bmr = MUST(p.iz.register_memory(back.data(), len, Access::local_read | Access::local_write));
+  auto fmr = MUST(p.tz.register_memory(far.data() + 4096, len, Access::all));
+  const std::uint64_t before = splits(), ops = direct_ops(p.iep);
+  // Two segments, cut off the middle.
+  Segment w[2] = {Segment(smr, 0, len / 3), Segment(smr, len / 3, len - len / 3)};
+  EXPECT_OK(p.iep.write(w, MUST(fmr.remote()), 0, 1));
+  Segment r(bmr, 0, len);
+  EXPECT_OK(p.iep.read({&r, 1}, MUST(fmr.remote()), 0, 2));
+  auto c = collect(p.icq, 2);
+  EXPECT_EQ(c.size(), 2u);
+  for (const auto& one : c) EXPECT_FALSE(one.status) << describe(one);
+  EXPECT_EQ(direct_ops(p.iep), ops + 2) << why_not(p.iep);
+  EXPECT_EQ(0, std::memcmp(far.data() + 4096, src.data(), len));
+  EXPECT_EQ(back, src);
+  EXPECT_TRUE(std::all_of(far.begin(), far.begin() + 4096, [](std::uint8_t b) { return b == 0xA5; }));
+  EXPECT_TRUE(std::all_of(far.end() - 4096, far.end(), [](std::uint8_t b) { return b == 0xA5; }));
+  return splits() - before;
+}
+
+TEST(SameHostCopier, LargeWritesAndReadsAreSplitOverTwoThreads) {
+  ::setenv("REMORA_SAMEHOST", "1", 1);
+  ::unsetenv("REMORA_COPY_HELPER");
+  Pair p;
+  ::unsetenv("REMORA_SAMEHOST");
+  ASSERT_TRUE(direct_ready(p.iep)) << why_not(p.iep);
+  EXPECT_EQ(write_and_read_large(p, 256 * 1024), 2u);
+  // Below the size it is one call.
+  EXPECT_EQ(write_and_read_large(p, detail::direct::kSplitBytes / 2), 0u);
+}
+
+TEST(SameHostCopier, TheEnvironmentTurnsTheHelperOff) {
+  ::setenv("REMORA_SAMEHOST", "1", 1);
+  ::setenv("REMORA_COPY_HELPER", "0", 1);
+  Pair p;
+  ::unsetenv("REMORA_SAMEHOST");
+  ::unsetenv("REMORA_COPY_HELPER");
+  ASSERT_TRUE(direct_ready(p.iep)) << why_not(p.iep);
+  EXPECT_EQ(write_and_read_large(p, 256 * 1024), 0u);
+}
+
+TEST(SameHostCopier, AnUnknownValueIsReportedAndLeavesItOn) {
+  ::setenv("REMORA_SAMEHOST", "1", 1);
+  ::setenv("REMORA_COPY_HELPER", "sometimes", 1);
+  ::testing::internal::CaptureStderr();
+  auto p = std::make_unique<Pair>();
+  const bool ready = direct_ready(p->iep);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ::unsetenv("REMORA_SAMEHOST");
+  ::unsetenv("REMORA_COPY_HELPER");
+  EXPECT_NE(err.find("REMORA_COPY_HELPER=\"sometimes\""), std::string::npos) << err;
+  ASSERT_TRUE(ready) << why_not(p->iep);
+  EXPECT_EQ(write_and_read_large(*p, 256 * 1024), 2u);
 }
 
 TEST(SameHostSwitch, OnWithoutAnySetting) {

@@ -19,6 +19,8 @@
 #include <random>
 #include <thread>
 
+#include "core/direct/copier.hpp"
+
 namespace remora::detail::direct {
 namespace {
 
@@ -38,20 +40,23 @@ static_assert((kCapacity & kMask) == 0, "capacity must be a power of two");
 
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
-bool allowed_by_environment() noexcept {
-  const char* v = std::getenv("REMORA_SAMEHOST");
+bool switch_from_environment(const char* name, const char* what, std::atomic<bool>& said) noexcept {
+  const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return true;
   for (const char* off : {"0", "off", "no", "false"})
     if (std::strcmp(v, off) == 0) return false;
   for (const char* on : {"1", "on", "yes", "true"})
     if (std::strcmp(v, on) == 0) return true;
-  static std::atomic<bool> said{false};
   if (!said.exchange(true))
-    std::fprintf(stderr,
-                 "remora: REMORA_SAMEHOST=\"%s\" is neither 0/off/no/false nor 1/on/yes/true; ignored (the "
-                 "same-host direct path stays on unless the program turned it off)\n",
-                 v);
+    std::fprintf(stderr, "remora: %s=\"%s\" is neither 0/off/no/false nor 1/on/yes/true; ignored (%s)\n", name, v,
+                 what);
   return true;
+}
+
+bool allowed_by_environment() noexcept {
+  static std::atomic<bool> said{false};
+  return switch_from_environment("REMORA_SAMEHOST",
+                                 "the same-host direct path stays on unless the program turned it off", said);
 }
 
 const Identity& identity() noexcept {
@@ -464,7 +469,7 @@ std::shared_ptr<const Peer::Mapping> Peer::mapping(const Found& f) {
 }
 
 Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, std::uint64_t total, std::uint64_t raddr,
-                             std::uint64_t key, bool* mapped) {
+                             std::uint64_t key, bool split, bool* mapped) {
   const std::uint64_t need = write ? kWrite : kRead;
   for (int attempt = 0; attempt < 16; ++attempt) {
     const Found f = lookup(key);
@@ -493,8 +498,7 @@ Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, st
       iovec riov{reinterpret_cast<void*>(raddr), total};
       if (!enter(f)) continue;
       errno = 0;
-      const ssize_t moved =
-          write ? ::process_vm_writev(pid_, liov, n, &riov, 1, 0) : ::process_vm_readv(pid_, liov, n, &riov, 1, 0);
+      const ssize_t moved = cross_memory(pid_, write, liov, n, riov, split);
       const int err = errno;
       leave(f);
       if (moved == static_cast<ssize_t>(total)) return Outcome::done;

@@ -108,6 +108,11 @@ constexpr std::size_t kMaxLocal = kMaxSegments;  // local segments of one operat
 /// "false"); true when it is unset or turns it on ("1", "on", "yes",
 /// "true"). Any other value is reported on stderr once and ignored.
 bool allowed_by_environment() noexcept;
+/// The switch `name` in the environment: false for "0", "off", "no",
+/// "false"; true when unset or "1", "on", "yes", "true". Any other value is
+/// reported on stderr (once per `said`, with `what` saying what happens)
+/// and counts as unset.
+bool switch_from_environment(const char* name, const char* what, std::atomic<bool>& said) noexcept;
 
 /// "`what`: " and errno's text (the reasons the path is not taken).
 std::string errno_text(const char* what);
@@ -181,9 +186,10 @@ class Peer {
   /// Check [raddr, raddr+total) against the entry of `key` (privilege: write
   /// or read) and transfer between `local` and it: a memcpy through this
   /// process's own mapping of the region when the entry is shareable (and
-  /// `*mapped` set), else process_vm_writev/readv.
+  /// `*mapped` set), else process_vm_writev/readv (a large one split over
+  /// two threads when `split`: copier.hpp).
   Outcome transfer(bool write, std::span<const backend::Iov> local, std::uint64_t total, std::uint64_t raddr,
-                   std::uint64_t key, bool* mapped = nullptr);
+                   std::uint64_t key, bool split, bool* mapped = nullptr);
   /// The 8-byte atomic write as an atomic store through the mapping of a
   /// shareable entry, after the target's checks. `done`, or `tcp` for
   /// anything else (not shareable, not mappable, a failed check: the

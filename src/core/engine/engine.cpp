@@ -296,7 +296,8 @@ bool EndpointImpl::try_direct(OpSlot& s) {
   if (!write && s.kind != OpSlot::Kind::read) return false;
   if (s.done.length == 0) return false;  // nothing to place: the transport's rules apply
   bool mapped = false;
-  switch (direct_peer->transfer(write, {s.iov, s.iov_count}, s.done.length, s.raddr, s.rkey, &mapped)) {
+  switch (
+      direct_peer->transfer(write, {s.iov, s.iov_count}, s.done.length, s.raddr, s.rkey, zone->direct_split, &mapped)) {
     case direct::Peer::Outcome::done:
       if (write && s.with_data) {
         // With immediate data: the data is placed; its note follows on the

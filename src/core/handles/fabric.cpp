@@ -1,4 +1,5 @@
 // Fabric and ProtectionZone handles.
+#include "core/direct/copier.hpp"
 #include "core/impl.hpp"
 
 namespace remora {
@@ -59,6 +60,7 @@ Result<ProtectionZone> Fabric::create_zone(const ZoneOptions& options) {
     zone->direct_why_not = "the direct path is off while remora-check runs";
   else
     zone->direct = detail::direct::Table::create(zone->direct_why_not);
+  if (zone->direct) zone->direct_split = detail::direct::copy_helper_allowed_by_environment();
   zone->agent = std::make_shared<detail::Agent>(zone.get(), zone->busy_poll);
   // Entries a connection's poll read from a shared transport queue for
   // other connections: the agent looks at those (the zone, and so the agent,

@@ -1,0 +1,235 @@
+// Cross-memory transfers split over two threads (copier.hpp).
+#include "core/direct/copier.hpp"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <thread>
+
+#include "core/direct/direct.hpp"
+
+namespace remora::detail::direct {
+namespace {
+
+std::atomic<std::uint64_t> helped{0};
+std::atomic<std::uint64_t> taken_back{0};
+
+ssize_t one_call(pid_t pid, bool write, const iovec* local, std::size_t n, iovec remote) noexcept {
+  return write ? ::process_vm_writev(pid, local, n, &remote, 1, 0) : ::process_vm_readv(pid, local, n, &remote, 1, 0);
+}
+
+void relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+/// The second part of one split transfer. Written by the caller before it
+/// posts the job, read by the helper after it claims it; the result the
+/// other way round (the state's release and acquire order both).
+struct Job {
+  pid_t pid = 0;
+  bool write = false;
+  iovec local[kMaxLocal + 1] = {};  // a cut segment adds one
+  std::size_t n = 0;
+  iovec remote{};
+  ssize_t moved = 0;
+  int err = 0;
+};
+
+/// The process's helper thread and its one job slot. Made on first use and
+/// never freed: the thread is detached and may still be looking at its
+/// state while the process exits.
+class Helper {
+ public:
+  /// The helper, its thread started on the first call; null when no thread
+  /// could be started. A child process after fork(2) gets a new one (the
+  /// parent's thread is not in it).
+  static Helper* get() noexcept;
+
+  /// The job slot for one transfer at a time: false when another caller
+  /// holds it (that caller moves its transfer alone).
+  bool claim() noexcept { return !busy_.exchange(true, std::memory_order_acquire); }
+  void release() noexcept { busy_.store(false, std::memory_order_release); }
+  Job& job() noexcept { return job_; }
+
+  /// Hand the job (filled in) to the helper.
+  void post() noexcept {
+    state_.store(kPosted, std::memory_order_seq_cst);
+    // Both sequentially consistent with the helper's side (sleeping_, then
+    // state_): either the helper sees the job before it sleeps, or this
+    // sees it asleep and wakes it.
+    if (sleeping_.load(std::memory_order_seq_cst)) state_.notify_one();
+  }
+  /// Take the job back if the helper has not started it: true when it is
+  /// the caller's to move.
+  bool take_back() noexcept {
+    int expected = kPosted;
+    return state_.compare_exchange_strong(expected, kIdle, std::memory_order_acq_rel);
+  }
+  /// Wait until the helper is done with the job it started (it is copying:
+  /// bounded by the copy).
+  void wait_done() noexcept {
+    for (unsigned spins = 0; state_.load(std::memory_order_acquire) != kDone; ++spins) {
+      relax();
+      if (spins % 1024 == 1023) std::this_thread::yield();  // the helper was descheduled
+    }
+    state_.store(kIdle, std::memory_order_relaxed);
+  }
+
+ private:
+  enum : int { kIdle = 0, kPosted = 1, kRunning = 2, kDone = 3 };
+  /// After a job the helper looks for the next one this long before it
+  /// sleeps: a stream of large transfers finds it awake.
+  static constexpr std::chrono::microseconds kSpin{50};
+
+  void run() noexcept {
+    for (;;) {
+      auto until = std::chrono::steady_clock::now() + kSpin;
+      for (unsigned spins = 0; state_.load(std::memory_order_acquire) != kPosted; ++spins) {
+        relax();
+        if (spins % 64 != 63 || std::chrono::steady_clock::now() < until) continue;
+        sleeping_.store(true, std::memory_order_seq_cst);
+        const int seen = state_.load(std::memory_order_seq_cst);
+        if (seen != kPosted) state_.wait(seen, std::memory_order_seq_cst);
+        sleeping_.store(false, std::memory_order_relaxed);
+        until = std::chrono::steady_clock::now() + kSpin;
+      }
+      int expected = kPosted;
+      if (!state_.compare_exchange_strong(expected, kRunning, std::memory_order_acq_rel)) continue;  // taken back
+      errno = 0;
+      job_.moved = one_call(job_.pid, job_.write, job_.local, job_.n, job_.remote);
+      job_.err = errno;
+      state_.store(kDone, std::memory_order_release);
+    }
+  }
+
+  std::atomic<int> state_{kIdle};
+  std::atomic<bool> sleeping_{false};
+  std::atomic<bool> busy_{false};
+  Job job_;
+};
+
+std::atomic<Helper*> current{nullptr};
+// A parent's helpers in a child after fork: kept reachable (they are not
+// freed), but never used there.
+std::atomic<Helper*> retired{nullptr};
+
+Helper* Helper::get() noexcept {
+  if (Helper* h = current.load(std::memory_order_acquire)) return h;
+  static const bool at_fork = [] {
+    ::pthread_atfork(nullptr, nullptr, [] { retired.store(current.exchange(nullptr)); });
+    return true;
+  }();
+  (void)at_fork;
+  auto* made = new (std::nothrow) Helper();
+  if (made == nullptr) return nullptr;
+  // Started before it is published: a caller never waits for a thread that
+  // does not exist.
+  made->busy_.store(true, std::memory_order_relaxed);
+  Helper* expected = nullptr;
+  if (!current.compare_exchange_strong(expected, made, std::memory_order_acq_rel)) {
+    delete made;  // another caller's is in place
+    return expected;
+  }
+  try {
+    std::thread([made] { made->run(); }).detach();
+  } catch (...) {
+    return nullptr;  // stays claimed: every caller moves its transfers alone
+  }
+  made->release();
+  return made;
+}
+
+}  // namespace
+
+ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, iovec remote, bool split) noexcept {
+  const std::size_t len = remote.iov_len;
+  if (!split || len < kSplitBytes || n > kMaxLocal) return one_call(pid, write, local, n, remote);
+  std::size_t local_len = 0;
+  for (std::size_t i = 0; i < n; ++i) local_len += local[i].iov_len;
+  if (local_len != len) return one_call(pid, write, local, n, remote);
+  Helper* h = Helper::get();
+  if (h == nullptr || !h->claim()) return one_call(pid, write, local, n, remote);
+
+  // The cut: the page boundary of the remote range nearest below its
+  // middle, so that no page is pinned by both calls.
+  const auto base = reinterpret_cast<std::uintptr_t>(remote.iov_base);
+  std::size_t cut = ((base + len / 2) & ~std::uintptr_t{4095}) - base;
+  if (cut == 0 || cut >= len) cut = len / 2;
+
+  Job& job = h->job();
+  job.pid = pid;
+  job.write = write;
+  job.n = 0;
+  job.remote = iovec{reinterpret_cast<void*>(base + cut), len - cut};
+  iovec first[kMaxLocal];
+  std::size_t first_n = 0;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const iovec& v = local[i];
+    auto* b = static_cast<char*>(v.iov_base);
+    if (at + v.iov_len <= cut) {
+      first[first_n++] = v;
+    } else if (at >= cut) {
+      job.local[job.n++] = v;
+    } else {
+      first[first_n++] = iovec{b, cut - at};
+      job.local[job.n++] = iovec{b + (cut - at), v.iov_len - (cut - at)};
+    }
+    at += v.iov_len;
+  }
+  h->post();
+
+  errno = 0;
+  const ssize_t moved1 = one_call(pid, write, first, first_n, iovec{remote.iov_base, cut});
+  const int err1 = errno;
+  ssize_t moved2 = 0;
+  int err2 = 0;
+  if (h->take_back()) {
+    errno = 0;
+    moved2 = one_call(pid, write, job.local, job.n, job.remote);
+    err2 = errno;
+    taken_back.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    h->wait_done();
+    moved2 = job.moved;
+    err2 = job.err;
+    helped.fetch_add(1, std::memory_order_relaxed);
+  }
+  h->release();
+
+  if (moved1 == static_cast<ssize_t>(cut) && moved2 == static_cast<ssize_t>(len - cut)) return static_cast<ssize_t>(len);
+  // A failed half: the peer out of reach (EPERM, ESRCH) outweighs a fault.
+  for (const auto& [moved, err] : {std::pair{moved1, err1}, std::pair{moved2, err2}})
+    if (moved < 0 && (err == EPERM || err == ESRCH)) {
+      errno = err;
+      return -1;
+    }
+  if (moved1 < 0) {
+    errno = err1;
+    return -1;
+  }
+  if (moved2 < 0) {
+    errno = err2;
+    return -1;
+  }
+  errno = EFAULT;
+  return moved1 + moved2;  // short: fewer bytes than asked
+}
+
+std::uint64_t copies_helped() noexcept { return helped.load(std::memory_order_relaxed); }
+std::uint64_t copies_taken_back() noexcept { return taken_back.load(std::memory_order_relaxed); }
+
+bool copy_helper_allowed_by_environment() noexcept {
+  static std::atomic<bool> said{false};
+  return switch_from_environment("REMORA_COPY_HELPER",
+                                 "large same-host transfers stay split over two threads", said);
+}
+
+}  // namespace remora::detail::direct

@@ -1,0 +1,51 @@
+// src/core/direct/copier.hpp - cross-memory transfers of the same-host
+// direct path, split over two threads when they are large (docs/design.md,
+// "Same-host direct path", "Large transfers on two threads").
+//
+// One process_vm_writev/readv call copies with one CPU, and most of its time
+// for a large range is the kernel pinning the peer's pages and copying them
+// (a profile of 64 KiB writes: over 90% of the initiator's time in the
+// kernel). A transfer of at least kSplitBytes is cut in two at a page
+// boundary of the remote range: the calling thread moves the first part, a
+// helper thread of this process the second, at the same time. The caller
+// takes the second part back and moves it itself when the helper has not
+// started it by the time the first is done, so a helper that is asleep,
+// descheduled or busy with another caller's transfer costs a look, never a
+// wait.
+#pragma once
+
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace remora::detail::direct {
+
+/// Transfers of at least this many bytes are split (below it the second
+/// call's own overhead outweighs what the second CPU saves; measured in
+/// bench/README.md).
+constexpr std::size_t kSplitBytes = 64 * 1024;
+
+/// False when REMORA_COPY_HELPER turns the helper off ("0", "off", "no",
+/// "false"); true when it is unset or turns it on. Any other value is
+/// reported on stderr once and ignored.
+bool copy_helper_allowed_by_environment() noexcept;
+
+/// process_vm_writev (`write`) or process_vm_readv between `local` (`n`
+/// segments) and the one range `remote` of process `pid`, with the system
+/// call's result: the bytes moved, or -1 with errno set. When `split` is
+/// true and the range is at least kSplitBytes, the two halves are moved at
+/// once by this thread and the helper; the result is then the whole length
+/// when both halves were moved, -1 with the first failed half's errno when
+/// a half failed (EPERM or ESRCH first, as they mean the peer is out of
+/// reach), else fewer bytes than asked (a short half).
+ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, iovec remote, bool split) noexcept;
+
+/// Transfers whose second part the helper moved, in this process (tests,
+/// remora-info).
+std::uint64_t copies_helped() noexcept;
+/// Split transfers whose second part the caller took back (tests).
+std::uint64_t copies_taken_back() noexcept;
+
+}  // namespace remora::detail::direct
