@@ -93,8 +93,50 @@ TEST(Copier, ASplitWriteAndReadMoveEveryByteAndNothingElse) {
   EXPECT_TRUE(std::all_of(back.data() + b, back.data() + b + 10, [](std::uint8_t v) { return v == 0x5A; }));
 }
 
-TEST(Copier, SmallTransfersAndUnsplitOnesAreOneCall) {
+TEST(Copier, TheLastBytesOfASplitWriteArePlacedLast) {
+  // A program that polls the last byte of a write (as on RDMA NICs, which
+  // place a write's bytes in order) must find the rest written once it
+  // changes. A watcher looks at the last byte and, when it turns to the
+  // round's value, at the last byte of every page before it.
+  constexpr int kRounds = 2000;
+  const std::size_t len = 256 * 1024;
   Pages far(64);
+  ASSERT_NE(far.base, nullptr);
+  std::atomic<int> round{0};
+  std::atomic<int> early{0};
+  std::atomic<bool> stop{false};
+  std::thread watcher([&] {
+    // Relaxed atomic loads of the bytes the other thread's system call
+    // writes: the kernel's stores are invisible to the compiler.
+    auto at = [&](std::size_t i) { return std::atomic_ref<std::uint8_t>(far.base[i]).load(std::memory_order_acquire); };
+    while (!stop.load(std::memory_order_relaxed)) {
+      const int r = round.load(std::memory_order_acquire);
+      const auto want = static_cast<std::uint8_t>(r);
+      if (r == 0 || at(len - 1) != want) continue;
+      for (std::size_t i = kPage - 1; i < len; i += kPage)
+        if (at(i) != want && round.load(std::memory_order_acquire) == r) {
+          early.fetch_add(1);
+          break;
+        }
+      while (round.load(std::memory_order_acquire) == r && !stop.load(std::memory_order_relaxed)) {
+      }
+    }
+  });
+  std::vector<std::uint8_t> src(len);
+  for (int r = 1; r <= kRounds; ++r) {
+    if ((r & 0xff) == 0xA5 || (r & 0xff) == 0) continue;  // the pages' own fill; a value already there
+    std::memset(src.data(), r & 0xff, len);
+    round.store(r, std::memory_order_release);
+    iovec l{src.data(), len};
+    ASSERT_EQ(cross_memory(::getpid(), true, &l, 1, iovec{far.base, len}, true), static_cast<ssize_t>(len));
+  }
+  stop = true;
+  watcher.join();
+  EXPECT_EQ(early.load(), 0) << "the last byte was placed before the rest of the write";
+}
+
+TEST(Copier, SmallTransfersAndUnsplitOnesAreOneCall) {
+  Pages far(72);
   ASSERT_NE(far.base, nullptr);
   auto src = pattern(kSplitBytes, 2);
   iovec l{src.data(), kSplitBytes - 1};
@@ -170,12 +212,12 @@ TEST(Copier, APeerThatIsGoneIsReportedAsGone) {
 TEST(Copier, ConcurrentCallersEachMoveTheirOwnBytes) {
   // One helper, four callers: whoever does not get it moves alone.
   constexpr int kThreads = 4, kRounds = 40;
-  const std::size_t len = 128 * 1024;
+  const std::size_t len = 320 * 1024;
   std::vector<std::thread> threads;
   std::vector<int> bad(kThreads, 0);
   for (int t = 0; t < kThreads; ++t)
     threads.emplace_back([t, len, &bad] {
-      Pages far(40);
+      Pages far(96);
       if (far.base == nullptr) {
         bad[t] = -1;
         return;

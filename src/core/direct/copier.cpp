@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -146,6 +147,19 @@ Helper* Helper::get() noexcept {
   return made;
 }
 
+// The local segments' bytes [from, to), as segments, into `out` (room for
+// n + 1): the count.
+std::size_t slice(const iovec* local, std::size_t n, std::size_t from, std::size_t to, iovec* out) noexcept {
+  std::size_t count = 0, at = 0;
+  for (std::size_t i = 0; i < n && at < to; at += local[i].iov_len, ++i) {
+    const std::size_t end = at + local[i].iov_len;
+    if (end <= from) continue;
+    const std::size_t lo = std::max(at, from), hi = std::min(end, to);
+    out[count++] = iovec{static_cast<char*>(local[i].iov_base) + (lo - at), hi - lo};
+  }
+  return count;
+}
+
 }  // namespace
 
 ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, iovec remote, bool split) noexcept {
@@ -157,37 +171,27 @@ ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, i
   Helper* h = Helper::get();
   if (h == nullptr || !h->claim()) return one_call(pid, write, local, n, remote);
 
-  // The cut: the page boundary of the remote range nearest below its
-  // middle, so that no page is pinned by both calls.
+  // Three parts: [0, cut) by this thread and [cut, tail) by the helper at
+  // once, then [tail, len) by this thread once both are done, so the last
+  // bytes of the range are placed last, as one call (and the tcp provider,
+  // and RDMA NICs in practice) place them: a program polling the last byte
+  // of a write finds the rest there. The cut is the page boundary nearest
+  // below the middle, so that no page is pinned by both calls.
   const auto base = reinterpret_cast<std::uintptr_t>(remote.iov_base);
-  std::size_t cut = ((base + len / 2) & ~std::uintptr_t{4095}) - base;
-  if (cut == 0 || cut >= len) cut = len / 2;
+  const std::size_t tail = len - kLastBytes;
+  std::size_t cut = ((base + tail / 2) & ~std::uintptr_t{4095}) - base;
+  if (cut == 0 || cut >= tail) cut = tail / 2;
 
   Job& job = h->job();
   job.pid = pid;
   job.write = write;
-  job.n = 0;
-  job.remote = iovec{reinterpret_cast<void*>(base + cut), len - cut};
-  iovec first[kMaxLocal];
-  std::size_t first_n = 0;
-  std::size_t at = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const iovec& v = local[i];
-    auto* b = static_cast<char*>(v.iov_base);
-    if (at + v.iov_len <= cut) {
-      first[first_n++] = v;
-    } else if (at >= cut) {
-      job.local[job.n++] = v;
-    } else {
-      first[first_n++] = iovec{b, cut - at};
-      job.local[job.n++] = iovec{b + (cut - at), v.iov_len - (cut - at)};
-    }
-    at += v.iov_len;
-  }
+  job.n = slice(local, n, cut, tail, job.local);
+  job.remote = iovec{reinterpret_cast<void*>(base + cut), tail - cut};
   h->post();
 
+  iovec mine[kMaxLocal + 1];
   errno = 0;
-  const ssize_t moved1 = one_call(pid, write, first, first_n, iovec{remote.iov_base, cut});
+  const ssize_t moved1 = one_call(pid, write, mine, slice(local, n, 0, cut, mine), iovec{remote.iov_base, cut});
   const int err1 = errno;
   ssize_t moved2 = 0;
   int err2 = 0;
@@ -204,9 +208,17 @@ ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, i
   }
   h->release();
 
-  if (moved1 == static_cast<ssize_t>(cut) && moved2 == static_cast<ssize_t>(len - cut)) return static_cast<ssize_t>(len);
-  // A failed half: the peer out of reach (EPERM, ESRCH) outweighs a fault.
-  for (const auto& [moved, err] : {std::pair{moved1, err1}, std::pair{moved2, err2}})
+  ssize_t moved3 = -1;
+  int err3 = 0;
+  if (moved1 == static_cast<ssize_t>(cut) && moved2 == static_cast<ssize_t>(tail - cut)) {
+    errno = 0;
+    moved3 = one_call(pid, write, mine, slice(local, n, tail, len, mine),
+                      iovec{reinterpret_cast<void*>(base + tail), len - tail});
+    err3 = errno;
+    if (moved3 == static_cast<ssize_t>(len - tail)) return static_cast<ssize_t>(len);
+  }
+  // A failed part: the peer out of reach (EPERM, ESRCH) outweighs a fault.
+  for (const auto& [moved, err] : {std::pair{moved1, err1}, std::pair{moved2, err2}, std::pair{moved3, err3}})
     if (moved < 0 && (err == EPERM || err == ESRCH)) {
       errno = err;
       return -1;
@@ -220,7 +232,7 @@ ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, i
     return -1;
   }
   errno = EFAULT;
-  return moved1 + moved2;  // short: fewer bytes than asked
+  return moved1 + moved2 + std::max<ssize_t>(moved3, 0);  // short: fewer bytes than asked
 }
 
 std::uint64_t copies_helped() noexcept { return helped.load(std::memory_order_relaxed); }
@@ -228,8 +240,7 @@ std::uint64_t copies_taken_back() noexcept { return taken_back.load(std::memory_
 
 bool copy_helper_allowed_by_environment() noexcept {
   static std::atomic<bool> said{false};
-  return switch_from_environment("REMORA_COPY_HELPER",
-                                 "large same-host transfers stay split over two threads", said);
+  return switch_from_environment("REMORA_COPY_HELPER", "large same-host transfers stay split over two threads", said);
 }
 
 }  // namespace remora::detail::direct

@@ -7,11 +7,12 @@
 // (a profile of 64 KiB writes: over 90% of the initiator's time in the
 // kernel). A transfer of at least kSplitBytes is cut in two at a page
 // boundary of the remote range: the calling thread moves the first part, a
-// helper thread of this process the second, at the same time. The caller
-// takes the second part back and moves it itself when the helper has not
-// started it by the time the first is done, so a helper that is asleep,
-// descheduled or busy with another caller's transfer costs a look, never a
-// wait.
+// helper thread of this process the second, at the same time, and then the
+// caller moves the last kLastBytes, so that the end of the range is placed
+// last, as with one call. The caller takes the second part back and moves it
+// itself when the helper has not started it by the time the first is done,
+// so a helper that is asleep, descheduled or busy with another caller's
+// transfer costs a look, never a wait.
 #pragma once
 
 #include <sys/types.h>
@@ -25,7 +26,9 @@ namespace remora::detail::direct {
 /// Transfers of at least this many bytes are split (below it the second
 /// call's own overhead outweighs what the second CPU saves; measured in
 /// bench/README.md).
-constexpr std::size_t kSplitBytes = 64 * 1024;
+constexpr std::size_t kSplitBytes = 256 * 1024;
+/// The last bytes of a split transfer, moved after the rest.
+constexpr std::size_t kLastBytes = 64;
 
 /// False when REMORA_COPY_HELPER turns the helper off ("0", "off", "no",
 /// "false"); true when it is unset or turns it on. Any other value is
