@@ -243,8 +243,9 @@ for ((rep = 1; rep <= REPS; rep++)); do
         # 0: tcp; 1: the direct path into the server's heap buffer (cross-
         # memory attach); 2: the direct path into a buffer the server's zone
         # allocated (--shared-target: mapped by the client, memcpy).
-        # 3: as 1 with each transfer on the client's one thread
-        # (REMORA_COPY_HELPER=0), for the write and read rows.
+        # 3: as 1 with each write or read its own call on the client's one
+        # thread (REMORA_COPY_HELPER=0 REMORA_GATHER_WRITES=0), for the write
+        # and read rows.
         # Sends do not touch the server's buffer: no mapped variant.
         for variant in 0 1 2 3; do
             [[ $name == send* ]] && ((variant == 2)) && continue
@@ -254,8 +255,8 @@ for ((rep = 1; rep <= REPS; rep++)); do
             extra=""
             ((variant == 2)) && extra="--shared-target"
             echo "samehost.sh: rep $rep/$REPS remora-perf $name size $size REMORA_SAMEHOST=$direct" \
-                "REMORA_COPY_HELPER=$helper $extra" >&2
-            REMORA_SAMEHOST=$direct REMORA_COPY_HELPER=$helper remora_run "remora$variant.$name.$size.$rep" "$op" \
+                "REMORA_COPY_HELPER=$helper REMORA_GATHER_WRITES=$helper $extra" >&2
+            REMORA_SAMEHOST=$direct REMORA_COPY_HELPER=$helper REMORA_GATHER_WRITES=$helper remora_run "remora$variant.$name.$size.$rep" "$op" \
                 "$size" "$iters" "$sflags $extra" "$cflags"
         done
     done
@@ -346,7 +347,7 @@ remora = {}
 for path in glob.glob(os.path.join(work, "remora[0123].*.json")):
     engine, name, size, rep = os.path.basename(path)[:-5].split(".")
     engine = {"remora0": "remora-tcp", "remora1": "remora-direct", "remora2": "remora-mapped",
-              "remora3": "remora-direct-1t"}[engine]
+              "remora3": "remora-direct-single"}[engine]
     for line in open(path):
         if line.startswith("{"):
             o = json.loads(line)
@@ -410,8 +411,10 @@ notes = [
     "process_vm_writev/readv after Remora's key, bounds and privilege checks (remora-perf's memory is "
     "ordinary heap memory); the flush of a range just written completes at the initiator; sends are copied "
     "into the server's message ring (docs/design.md, \"Same-host message rings\")",
-    "remora-direct: cross-memory transfers of 64 KiB and more are split over the client's thread and a helper "
-    "thread (src/core/direct/copier.hpp); remora-direct-1t: the same runs with REMORA_COPY_HELPER=0 (one thread)",
+    "remora-direct: writes posted back to back while the client polls are placed by one process_vm_writev "
+    "call, and transfers of 256 KiB and more are split over the client's thread and a helper thread "
+    "(docs/design.md); remora-direct-single: the same runs with REMORA_COPY_HELPER=0 REMORA_GATHER_WRITES=0 "
+    "(each write or read its own call, on the client's thread)",
     "remora-mapped: the same with the server's target buffer from ProtectionZone::allocate "
     "(remora-perf --server --shared-target, a memfd): the client maps it once and copies with memcpy",
 ] + ([f"ucx-sm: ucx_perftest (ucx-utils {ucx_version}), UCX_TLS={ucx_tls}, memory UCX allocates itself "

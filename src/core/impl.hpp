@@ -144,6 +144,10 @@ struct ZoneImpl : std::enable_shared_from_this<ZoneImpl> {
   // threads (src/core/direct/copier.hpp), unless REMORA_COPY_HELPER=0 when
   // the zone was made. Set at creation, then constant.
   bool direct_split = true;
+  // Writes posted back to back while a user polls placed together
+  // (EndpointImpl::gatherable), unless REMORA_GATHER_WRITES=0 when the zone
+  // was made. Set at creation, then constant.
+  bool direct_gather = true;
   // Files that registered ranges of this zone are shared mappings of
   // (find_shared_file): one descriptor per file and open mode, however many
   // regions lie in it (a program registering thousands of ranges of one
@@ -521,6 +525,9 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
                                last_write_len REMORA_GUARDED_BY(mu) = 0;
   bool peer_said_bye REMORA_GUARDED_BY(mu) = false;
   bool closed REMORA_GUARDED_BY(mu) = false;
+  // When gathered writes last asked the agent to look at this endpoint
+  // (Agent::look_by): at most once per kGatherBound.
+  std::int64_t gather_bound_asked REMORA_GUARDED_BY(mu) = 0;
   // Same-host direct path: the peer zone's region table, mapped once its
   // offer was accepted (null: everything goes over the transport), and why
   // it is not used when it is not (diagnostics).
@@ -531,6 +538,15 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   // Of those, the ones copied (or atomically stored) through this process's
   // own mapping of a shareable region (tests look at it).
   std::atomic<std::uint64_t> direct_mapped_ops{0};
+  // Writes posted back to back while a user thread polls the completion
+  // queue, placed together at the next post of another kind, the next
+  // drive of the endpoint, or when kGatherMax / kGatherBytes are reached
+  // (docs/design.md, "Writes posted back to back"): their slots, in posting
+  // order, and their bytes. Writes placed in a batch of two or more (tests
+  // look at it).
+  std::vector<std::uint32_t> gathered REMORA_GUARDED_BY(mu);
+  std::uint64_t gathered_bytes REMORA_GUARDED_BY(mu) = 0;
+  std::atomic<std::uint64_t> direct_batched{0};
   // Same-host message rings (docs/design.md, "Same-host message rings"):
   // this side's inbox (made and offered once the peer's table was taken;
   // its bell is watched by the agent and the completion queues), the peer's
@@ -594,6 +610,12 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   void complete(OpSlot& s, std::error_code status) REMORA_REQUIRES(mu);
   void report_in_order() REMORA_REQUIRES(mu);
   void pump_deferred() REMORA_REQUIRES(mu);
+  /// `s` may join the writes gathered for one cross-memory call.
+  bool gatherable(const OpSlot& s) const REMORA_REQUIRES(mu);
+  /// Place the gathered writes (Peer::write_many), in posting order; those
+  /// it could not place go to the transport in order, a refused one fails
+  /// the endpoint as the target's refusal does.
+  void flush_gathered() REMORA_REQUIRES(mu);
   void handle(const backend::CqEntry& e) REMORA_REQUIRES(mu);
   void handle_message(RxSlot& rxs, const backend::CqEntry& e) REMORA_REQUIRES(mu);
   void handle_request(const wire::Ctl& req) REMORA_REQUIRES(mu);
@@ -748,6 +770,10 @@ class Agent : public std::enable_shared_from_this<Agent> {
   /// Have the agent thread look at this endpoint on its next turn (its fd
   /// did not fire: work queued from another thread).
   void look_at(const EndpointImpl* ep);
+  /// The same, on its first turn at or after `when` (waking it then if it
+  /// would sleep longer): a bound on how long work an endpoint's user is
+  /// expected to do (gathered writes) can wait if that user stops.
+  void look_by(const EndpointImpl* ep, std::chrono::steady_clock::time_point when);
   /// One pass on the calling thread: connection management, then every
   /// endpoint (ProtectionZone::progress). Returns the work done.
   std::size_t run_once();
@@ -836,6 +862,14 @@ class Agent : public std::enable_shared_from_this<Agent> {
   // epoll set carries the same key, so a wake names the endpoints to look at.
   std::unordered_map<const EndpointImpl*, Watched> endpoints_ REMORA_GUARDED_BY(mu_);
   std::vector<const EndpointImpl*> fresh_ REMORA_GUARDED_BY(mu_);  // added since the last turn: looked at once
+  // look_by's endpoints and when (steady clock, ns), moved to fresh_ once
+  // due; the earliest of them (0: none), and when the agent thread's
+  // current sleep ends (0: awake). Both sequentially consistent: either
+  // look_by sees the sleep and wakes the thread, or the thread sees the
+  // time before it sleeps.
+  std::vector<std::pair<std::int64_t, const EndpointImpl*>> due_ REMORA_GUARDED_BY(mu_);
+  std::atomic<std::int64_t> next_due_{0};
+  std::atomic<std::int64_t> asleep_until_{0};
   // Same-host inboxes of the zone's endpoints (watch_ring), kept alive here
   // so that a turn can look at them without the endpoints' locks, and
   // whether the bell is in the epoll set (it leaves it while a user drives

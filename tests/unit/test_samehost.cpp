@@ -371,8 +371,8 @@ TEST_F(SameHost, AllocatedRegionIsWrittenAndReadThroughTheMapping) {
   std::vector<std::uint8_t> before(t, t + 3 * 4096);
   RemoteRegion forged(rr.address(), rr.length() + 4096, rr.key(), rr.access(), false);
   ASSERT_OK(p->iep.write({&w[0], 1}, forged, 3 * 4096 - 10, 3));
-  EXPECT_EQ(direct_ops(p->iep), 3u);
   expect_refused(3, Opcode::write);
+  EXPECT_EQ(direct_ops(p->iep), 3u);
   EXPECT_EQ(0, std::memcmp(before.data(), t, before.size()));
 }
 
@@ -446,8 +446,8 @@ TEST_F(SameHost, ReadOnlyRegionIsMappedReadOnlyAndRefusesWrites) {
   RemoteRegion forged(rr.address(), rr.length(), rr.key(), kRemote, false);
   Segment s(p->lmr, 0, 64);
   ASSERT_OK(p->iep.write({&s, 1}, forged, 0, 2));
-  EXPECT_EQ(direct_ops(p->iep), 2u);
   expect_refused(2, Opcode::write);
+  EXPECT_EQ(direct_ops(p->iep), 2u);
   EXPECT_TRUE(std::all_of(t, t + 4096, [](std::uint8_t b) { return b == 0x3c; })) << "a read-only region was written";
 }
 
@@ -1166,6 +1166,187 @@ TEST(SameHostCopier, AnUnknownValueIsReportedAndLeavesItOn) {
   EXPECT_NE(err.find("REMORA_COPY_HELPER=\"sometimes\""), std::string::npos) << err;
   ASSERT_TRUE(ready) << why_not(p->iep);
   EXPECT_EQ(write_and_read_large(*p, 256 * 1024), 2u);
+}
+
+// ---- writes posted back to back, placed by one call ----
+
+std::uint64_t batched(const Endpoint& ep) { return ep.impl()->direct_batched.load(); }
+
+/// A connected pair with 64 KiB on each side, the path on, and the
+/// initiator's queue polled (claimed) just now.
+std::unique_ptr<Pair> gathering_pair() {
+  ::setenv("REMORA_SAMEHOST", "1", 1);
+  PairOptions o;
+  o.target_size = 64 * 1024;
+  o.local_size = 64 * 1024;
+  auto p = std::make_unique<Pair>(o);
+  ::unsetenv("REMORA_SAMEHOST");
+  return p;
+}
+
+/// Post `n` 4 KiB writes of `fill` from local page i to target page i, right
+/// after a poll: true when all of them went in one batch (the posting thread
+/// may be descheduled between two posts for longer than the agent waits).
+bool post_batch(Pair& p, int n, std::uint8_t fill, std::uint64_t cookie0) {
+  const std::uint64_t before = batched(p.iep);
+  std::memset(p.local_mem.data(), fill, p.local_mem.size());
+  Completion none[1];
+  (void)p.icq.poll(none);  // claims the queue: this thread polls it
+  for (int i = 0; i < n; ++i) {
+    Segment seg(p.lmr, static_cast<std::uint64_t>(i) * 4096, 4096);
+    EXPECT_OK(
+        p.iep.write({&seg, 1}, p.rr, static_cast<std::uint64_t>(i) * 4096, cookie0 + static_cast<std::uint64_t>(i)));
+  }
+  auto c = collect(p.icq, static_cast<std::size_t>(n));
+  EXPECT_EQ(c.size(), static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    EXPECT_FALSE(c[i].status) << describe(c[i]);
+    EXPECT_EQ(c[i].cookie, cookie0 + i) << "completions out of posting order";
+  }
+  return batched(p.iep) == before + static_cast<std::uint64_t>(n);
+}
+
+TEST(SameHostGather, WritesPostedBackToBackWhileAUserPollsArePlacedByOneCall) {
+  auto p = gathering_pair();
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  bool one_batch = false;
+  for (int round = 0; round < 20 && !one_batch; ++round) {
+    const auto fill = static_cast<std::uint8_t>(0x10 + round);
+    one_batch = post_batch(*p, 8, fill, 100 + 10 * static_cast<std::uint64_t>(round));
+    EXPECT_TRUE(std::all_of(p->target_mem.begin(), p->target_mem.begin() + 8 * 4096,
+                            [&](std::uint8_t b) { return b == fill; }));
+    EXPECT_TRUE(std::all_of(p->target_mem.begin() + 8 * 4096, p->target_mem.end(),
+                            [](std::uint8_t b) { return b == Pair::kTargetFill; }));
+  }
+  EXPECT_TRUE(one_batch) << "in 20 rounds, 8 writes posted back to back never went in one batch";
+  EXPECT_EQ(p->iep.state(), EndpointState::connected);
+}
+
+TEST(SameHostGather, WritesOfABatchArePlacedInPostingOrder) {
+  // Eight writes to the same bytes, each with its own fill: the last one
+  // posted is what stays (one call copies the ranges in order).
+  auto p = gathering_pair();
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  for (int i = 0; i < 8; ++i) std::memset(p->local_mem.data() + i * 4096, 0x40 + i, 4096);
+  Completion none[1];
+  (void)p->icq.poll(none);
+  const std::uint64_t before = batched(p->iep);
+  for (int i = 0; i < 8; ++i) {
+    Segment seg(p->lmr, static_cast<std::uint64_t>(i) * 4096, 4096);
+    ASSERT_OK(p->iep.write({&seg, 1}, p->rr, 0, static_cast<std::uint64_t>(i)));
+  }
+  ASSERT_EQ(collect(p->icq, 8).size(), 8u);
+  EXPECT_GT(batched(p->iep), before) << "no batch: the order was not tested";
+  EXPECT_TRUE(std::all_of(p->target_mem.begin(), p->target_mem.begin() + 4096, [](std::uint8_t b) {
+    return b == 0x47;
+  })) << "the last write posted was not placed last";
+}
+
+TEST(SameHostGather, ARefusedWriteInABatchEndsTheConnectionAndNothingAfterItLands) {
+  auto p = gathering_pair();
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  std::memset(p->local_mem.data(), 0x5c, p->local_mem.size());
+  RemoteRegion forged(p->rr.address(), p->rr.length(), p->rr.key() ^ 0x5a5a, p->rr.access(), false);
+  Completion none[1];
+  (void)p->icq.poll(none);
+  for (int i = 0; i < 6; ++i) {
+    Segment seg(p->lmr, static_cast<std::uint64_t>(i) * 4096, 4096);
+    const RemoteRegion& dst = i == 3 ? forged : p->rr;
+    ASSERT_OK(p->iep.write({&seg, 1}, dst, static_cast<std::uint64_t>(i) * 4096, static_cast<std::uint64_t>(i)));
+  }
+  auto c = collect(p->icq, 6);
+  ASSERT_EQ(c.size(), 6u) << describe(c);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_FALSE(c[i].status) << describe(c[i]);
+  EXPECT_EQ(c[3].status, make_error_code(Errc::remote_access)) << describe(c[3]);
+  EXPECT_EQ(c[4].status, make_error_code(Errc::flushed)) << describe(c[4]);
+  EXPECT_EQ(c[5].status, make_error_code(Errc::flushed)) << describe(c[5]);
+  EXPECT_EQ(p->iep.state(), EndpointState::error);
+  EXPECT_TRUE(
+      std::all_of(p->target_mem.begin(), p->target_mem.begin() + 3 * 4096, [](std::uint8_t b) { return b == 0x5c; }));
+  EXPECT_TRUE(std::all_of(p->target_mem.begin() + 3 * 4096, p->target_mem.end(), [](std::uint8_t b) {
+    return b == Pair::kTargetFill;
+  })) << "a write posted after the refused one landed";
+}
+
+TEST(SameHostGather, AFlushOrAFencedWriteComesAfterTheGatheredWrites) {
+  auto p = gathering_pair();
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  std::memset(p->local_mem.data(), 0x61, p->local_mem.size());
+  Completion none[1];
+  (void)p->icq.poll(none);
+  Segment a(p->lmr, 0, 4096), b(p->lmr, 4096, 4096);
+  ASSERT_OK(p->iep.write({&a, 1}, p->rr, 0, 1));
+  ASSERT_OK(p->iep.write({&b, 1}, p->rr, 4096, 2));
+  // Outside the latest write's range: not completed locally.
+  ASSERT_OK(p->iep.flush(p->rr, 0, 8192, FlushType::visibility, 3));
+  std::memset(p->local_mem.data() + 8192, 0x62, 4096);
+  Segment f(p->lmr, 8192, 4096);
+  ASSERT_OK(p->iep.write({&a, 1}, p->rr, 8192, 4));
+  ASSERT_OK(p->iep.write({&f, 1}, p->rr, 8192, 5, PostFlags::fence));
+  auto c = collect(p->icq, 5);
+  ASSERT_EQ(c.size(), 5u);
+  for (std::size_t i = 0; i < 5; ++i) {
+    EXPECT_FALSE(c[i].status) << describe(c[i]);
+    EXPECT_EQ(c[i].cookie, i + 1);
+  }
+  EXPECT_TRUE(
+      std::all_of(p->target_mem.begin(), p->target_mem.begin() + 8192, [](std::uint8_t v) { return v == 0x61; }));
+  EXPECT_TRUE(std::all_of(p->target_mem.begin() + 8192, p->target_mem.begin() + 12288, [](std::uint8_t v) {
+    return v == 0x62;
+  })) << "the fenced write was placed before the write gathered ahead of it";
+}
+
+TEST(SameHostGather, WritesAreStillPlacedWhenTheUserStopsPolling) {
+  // Posted right after a poll, then no poll: the agent places them (within
+  // kGatherBound of 2 ms; bounded here at 2 s).
+  auto p = gathering_pair();
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  std::memset(p->local_mem.data(), 0x71, p->local_mem.size());
+  Completion none[1];
+  (void)p->icq.poll(none);
+  for (int i = 0; i < 3; ++i) {
+    Segment seg(p->lmr, static_cast<std::uint64_t>(i) * 4096, 4096);
+    ASSERT_OK(p->iep.write({&seg, 1}, p->rr, static_cast<std::uint64_t>(i) * 4096, static_cast<std::uint64_t>(i)));
+  }
+  auto landed = [&] {
+    // The bytes another thread (the agent) writes: read as atomics.
+    for (std::size_t i = 0; i < 3 * 4096; ++i)
+      if (std::atomic_ref<std::uint8_t>(p->target_mem[i]).load(std::memory_order_acquire) != 0x71) return false;
+    return true;
+  };
+
+  const auto until = std::chrono::steady_clock::now() + 2s;
+  while (!landed() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(landed()) << "writes posted right before the user stopped polling never landed";
+  EXPECT_EQ(collect(p->icq, 3).size(), 3u);
+}
+
+TEST(SameHostGather, WritesGatheredBeforeADisconnectAreWritten) {
+  auto p = gathering_pair();
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  std::memset(p->local_mem.data(), 0x73, p->local_mem.size());
+  Completion none[1];
+  (void)p->icq.poll(none);
+  for (int i = 0; i < 3; ++i) {
+    Segment seg(p->lmr, static_cast<std::uint64_t>(i) * 4096, 4096);
+    ASSERT_OK(p->iep.write({&seg, 1}, p->rr, static_cast<std::uint64_t>(i) * 4096, static_cast<std::uint64_t>(i)));
+  }
+  ASSERT_OK(p->iep.disconnect());
+  EXPECT_TRUE(
+      std::all_of(p->target_mem.begin(), p->target_mem.begin() + 3 * 4096, [](std::uint8_t b) { return b == 0x73; }));
+  auto c = collect(p->icq, 3);
+  ASSERT_EQ(c.size(), 3u);
+  for (const auto& one : c) EXPECT_FALSE(one.status) << describe(one);
+}
+
+TEST(SameHostGather, TheEnvironmentTurnsItOff) {
+  ::setenv("REMORA_GATHER_WRITES", "0", 1);
+  auto p = gathering_pair();
+  ::unsetenv("REMORA_GATHER_WRITES");
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  for (int round = 0; round < 3; ++round) (void)post_batch(*p, 8, static_cast<std::uint8_t>(round + 1), 10 * round);
+  EXPECT_EQ(batched(p->iep), 0u);
+  EXPECT_EQ(direct_ops(p->iep), 24u);
 }
 
 TEST(SameHostSwitch, OnWithoutAnySetting) {

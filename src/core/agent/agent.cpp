@@ -181,6 +181,22 @@ void Agent::durability_loop() {
 
 void Agent::wake() noexcept { wake_.raise(); }
 
+void Agent::look_by(const EndpointImpl* ep, std::chrono::steady_clock::time_point when) {
+  const std::int64_t at = when.time_since_epoch().count();
+  {
+    MutexLock lock(mu_);
+    due_.emplace_back(at, ep);
+  }
+  std::int64_t cur = next_due_.load(std::memory_order_seq_cst);
+  while (cur == 0 || at < cur) {
+    if (next_due_.compare_exchange_weak(cur, at, std::memory_order_seq_cst)) {
+      const std::int64_t sleep_end = asleep_until_.load(std::memory_order_seq_cst);
+      if (sleep_end != 0 && sleep_end > at) wake();
+      break;
+    }
+  }
+}
+
 void Agent::look_at(const EndpointImpl* ep) {
   {
     MutexLock lock(mu_);
@@ -457,6 +473,19 @@ void Agent::run() {
       // their fds leave the epoll set so the agent neither competes for them
       // nor wakes for them. New endpoints and those another thread reported
       // (look_at) count as taken: the agent looks at them itself.
+      // look_by's endpoints that are due join them.
+      if (next_due_.load(std::memory_order_seq_cst) != 0) {
+        std::int64_t next = 0;
+        std::erase_if(due_, [&](const std::pair<std::int64_t, const EndpointImpl*>& d) {
+          if (d.first <= now) {
+            fresh_.push_back(d.second);
+            return true;
+          }
+          if (next == 0 || d.first < next) next = d.first;
+          return false;
+        });
+        next_due_.store(next, std::memory_order_seq_cst);
+      }
       taken.insert(taken.end(), fresh_.begin(), fresh_.end());
       // Same-host inboxes with messages or a rung bell: looked at (a look
       // costs two loads per ring), and progressed unless a user drives
@@ -642,10 +671,16 @@ void Agent::run() {
     if (swept) next_sweep = std::max(next_sweep, before_sleep + 20 * (before_sleep - now_tp));
     std::chrono::nanoseconds nap = std::chrono::milliseconds(100);
     if (user_driven) nap = std::clamp<std::chrono::nanoseconds>(next_sweep - before_sleep, kSweepDriven, nap);
+    // Until look_by's earliest endpoint is due, at the latest.
+    asleep_until_.store((before_sleep + nap).time_since_epoch().count(), std::memory_order_seq_cst);
+    if (const std::int64_t due = next_due_.load(std::memory_order_seq_cst); due != 0)
+      nap = std::clamp<std::chrono::nanoseconds>(
+          std::chrono::nanoseconds(due - before_sleep.time_since_epoch().count()), std::chrono::nanoseconds(0), nap);
     timespec ts{0, static_cast<long>(nap.count())};
     int n = epoll_pwait2(epfd_, out, 64, &ts, nullptr);
     if (n < 0 && errno == ENOSYS)
       n = epoll_wait(epfd_, out, 64, static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(nap).count()));
+    asleep_until_.store(0, std::memory_order_seq_cst);
     spinning = false;
     // A timeout: look at everything once (when the sweep's cost allows).
     if (n == 0 && std::chrono::steady_clock::now() >= next_sweep) sweep = true;

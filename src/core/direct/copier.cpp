@@ -243,4 +243,10 @@ bool copy_helper_allowed_by_environment() noexcept {
   return switch_from_environment("REMORA_COPY_HELPER", "large same-host transfers stay split over two threads", said);
 }
 
+bool gather_allowed_by_environment() noexcept {
+  static std::atomic<bool> said{false};
+  return switch_from_environment("REMORA_GATHER_WRITES",
+                                 "writes posted back to back stay gathered into one cross-memory call", said);
+}
+
 }  // namespace remora::detail::direct

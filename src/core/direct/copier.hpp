@@ -34,6 +34,9 @@ constexpr std::size_t kLastBytes = 64;
 /// "false"); true when it is unset or turns it on. Any other value is
 /// reported on stderr once and ignored.
 bool copy_helper_allowed_by_environment() noexcept;
+/// The same for REMORA_GATHER_WRITES: writes posted back to back while a
+/// user polls are placed by one call (EndpointImpl::gatherable).
+bool gather_allowed_by_environment() noexcept;
 
 /// process_vm_writev (`write`) or process_vm_readv between `local` (`n`
 /// segments) and the one range `remote` of process `pid`, with the system

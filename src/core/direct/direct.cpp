@@ -522,6 +522,93 @@ Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, st
   return Outcome::tcp;  // the entry kept changing
 }
 
+std::size_t Peer::write_many(std::span<Write> batch) {
+  std::size_t placed = 0;
+  while (placed < batch.size()) {
+    // A run of writes into memory not shareable here, from `placed` on: each
+    // checked and its entry entered, then one call for all of them.
+    Found entered[kMaxBatch];
+    iovec liov[kMaxBatch * kMaxLocal];
+    iovec riov[kMaxBatch];
+    std::size_t run = 0, nl = 0;
+    bool stop = false;  // batch[placed + run] is decided (not placed): end after the run
+    for (std::size_t i = placed; i < batch.size() && run < kMaxBatch; ++i) {
+      Write& w = batch[i];
+      Found f;
+      bool in = false, checked = false;
+      for (int attempt = 0; attempt < 16 && !in; ++attempt) {
+        f = lookup(w.key);
+        if (f.torn) continue;
+        if (f.entry == nullptr) {
+          w.outcome = header()->omitted.load(std::memory_order_seq_cst) == 0 ? Outcome::refused : Outcome::tcp;
+          break;
+        }
+        if (w.raddr < f.addr || w.total > f.len || w.raddr - f.addr > f.len - w.total || (f.access & kWrite) == 0) {
+          w.outcome = Outcome::refused;
+          break;
+        }
+        checked = true;
+        if (f.share != 0) break;  // transfer() places it (through the mapping if it can)
+        in = enter(f);
+      }
+      if (!in) {
+        // Refused, not the table's to decide, shareable, or the entry kept
+        // changing: the run ends before this write.
+        if (checked && f.share != 0) break;
+        if (checked) w.outcome = Outcome::tcp;
+        stop = true;
+        break;
+      }
+      std::size_t segs = 0;
+      for (const backend::Iov& v : w.local)
+        if (v.len != 0) ++segs;
+      if (segs > kMaxLocal) {
+        leave(f);
+        w.outcome = Outcome::tcp;
+        stop = true;
+        break;
+      }
+      for (const backend::Iov& v : w.local)
+        if (v.len != 0) liov[nl++] = iovec{v.addr, v.len};
+      riov[run] = iovec{reinterpret_cast<void*>(w.raddr), w.total};
+      entered[run++] = f;
+    }
+    if (run > 0) {
+      ssize_t moved = -1;
+      int err = ESRCH;
+      if (peer_alive()) {
+        errno = 0;
+        // One call: the kernel copies the ranges one after the other, so
+        // the writes are placed in posting order, as on one connection.
+        moved = ::process_vm_writev(pid_, liov, nl, riov, run, 0);
+        err = errno;
+      }
+      for (std::size_t k = 0; k < run; ++k) leave(entered[k]);
+      std::uint64_t left = moved < 0 ? 0 : static_cast<std::uint64_t>(moved);
+      for (std::size_t k = 0; k < run; ++k) {
+        Write& w = batch[placed];
+        if (left < w.total) {
+          // Short (a fault) or refused by the kernel: this write and the
+          // rest are the transport's (EPERM, ESRCH: the path is gone).
+          w.outcome = moved < 0 && (err == EPERM || err == ESRCH) ? Outcome::broken : Outcome::tcp;
+          return placed;
+        }
+        left -= w.total;
+        w.outcome = Outcome::done;
+        ++placed;
+      }
+      continue;
+    }
+    if (stop || placed == batch.size()) break;
+    // The next write is into a shareable region: placed on its own.
+    Write& w = batch[placed];
+    w.outcome = transfer(true, w.local, w.total, w.raddr, w.key, false, &w.mapped);
+    if (w.outcome != Outcome::done) break;
+    ++placed;
+  }
+  return placed;
+}
+
 Peer::Outcome Peer::atomic_write(std::uint64_t key, std::uint64_t raddr, std::uint64_t value) {
   for (int attempt = 0; attempt < 16; ++attempt) {
     const Found f = lookup(key);

@@ -190,6 +190,22 @@ class Peer {
   /// two threads when `split`: copier.hpp).
   Outcome transfer(bool write, std::span<const backend::Iov> local, std::uint64_t total, std::uint64_t raddr,
                    std::uint64_t key, bool split, bool* mapped = nullptr);
+  /// One write of a batch (write_many): what to place, and its outcome.
+  struct Write {
+    std::span<const backend::Iov> local;
+    std::uint64_t total = 0, raddr = 0, key = 0;
+    Outcome outcome = Outcome::tcp;
+    bool mapped = false;  // placed through this process's mapping
+  };
+  /// At most this many writes in one batch.
+  static constexpr std::size_t kMaxBatch = 16;
+  /// Writes posted back to back (at most kMaxBatch), placed in posting
+  /// order, each checked as transfer() checks it: consecutive ones into
+  /// memory that is not mapped here go in one process_vm_writev call (its
+  /// remote side a list of ranges), each other one as transfer() places it.
+  /// Stops at the first write not placed, whose outcome says why (the
+  /// writes after it are untouched). Returns how many were placed.
+  std::size_t write_many(std::span<Write> batch);
   /// The 8-byte atomic write as an atomic store through the mapping of a
   /// shareable entry, after the target's checks. `done`, or `tcp` for
   /// anything else (not shareable, not mappable, a failed check: the

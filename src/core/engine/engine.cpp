@@ -4,12 +4,21 @@
 // says otherwise. The messages exchanged with the peer are handled in
 // protocol/protocol.cpp, receive matching in engine/receive.cpp.
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
+#include "core/direct/copier.hpp"
 #include "core/impl.hpp"
 
 namespace remora::detail {
 namespace {
+
+// The bytes of the writes gathered for one cross-memory call: placed once
+// they reach this.
+constexpr std::uint64_t kGatherBytes = 1024 * 1024;
+// How long gathered writes may wait for their user's next poll before the
+// agent places them (the user stopped polling right after posting).
+constexpr std::chrono::milliseconds kGatherBound{2};
 
 std::error_code status_from_transport(int err) {
   switch (err) {
@@ -226,6 +235,20 @@ int EndpointImpl::post_slot(OpSlot& s) {
 
 Result<void> EndpointImpl::submit(std::uint32_t index) {
   OpSlot& s = slots[index];
+  if (!gathered.empty()) {
+    // Another write posted back to back joins them; anything else places
+    // them first (the operation comes after them in every respect).
+    if (gatherable(s) && gathered_bytes + s.done.length <= kGatherBytes) {
+      gathered.push_back(index);
+      gathered_bytes += s.done.length;
+      if (gathered.size() == direct::Peer::kMaxBatch || gathered_bytes == kGatherBytes) flush_gathered();
+      return {};
+    }
+    flush_gathered();
+    // A refused write failed the endpoint: this operation was flushed with
+    // the others (flush_all).
+    if (state != EndpointState::connected) return {};
+  }
   if (!deferred.empty() || (s.waits_for_earlier() && in_flight > 0)) {
     deferred.push_back(index);
     return {};
@@ -295,6 +318,20 @@ bool EndpointImpl::try_direct(OpSlot& s) {
   const bool write = s.kind == OpSlot::Kind::write;
   if (!write && s.kind != OpSlot::Kind::read) return false;
   if (s.done.length == 0) return false;  // nothing to place: the transport's rules apply
+  if (gatherable(s)) {
+    // Placed with the writes posted right after it, at the latest when the
+    // user's next poll drives the endpoint; should the user stop polling,
+    // the agent places them within kGatherBound.
+    gathered.push_back(s.index);
+    gathered_bytes = s.done.length;
+    set_owes_work(true);
+    const auto now = std::chrono::steady_clock::now();
+    if (now.time_since_epoch().count() >= gather_bound_asked && zone->agent->serves_others()) {
+      gather_bound_asked = (now + kGatherBound).time_since_epoch().count();
+      zone->agent->look_by(this, now + kGatherBound);
+    }
+    return true;
+  }
   bool mapped = false;
   switch (
       direct_peer->transfer(write, {s.iov, s.iov_count}, s.done.length, s.raddr, s.rkey, zone->direct_split, &mapped)) {
@@ -333,6 +370,59 @@ bool EndpointImpl::try_direct(OpSlot& s) {
     case direct::Peer::Outcome::tcp: return false;
   }
   return false;
+}
+
+bool EndpointImpl::gatherable(const OpSlot& s) const {
+  // A plain write smaller than a split transfer (copier.hpp), while a user
+  // thread polls the endpoint's completion queue (CompletionQueue::poll
+  // claims it for 1 ms): that thread's next poll places it. A program that
+  // sleeps in wait() or on the queue's descriptor has its writes placed at
+  // once, as before.
+  if (s.kind != OpSlot::Kind::write || s.with_data || s.fence || s.check || s.done.length == 0 ||
+      s.done.length >= direct::kSplitBytes || !direct_peer || state != EndpointState::connected || !zone->direct_gather)
+    return false;
+  return send_cq->claimed(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+void EndpointImpl::flush_gathered() {
+  if (gathered.empty()) return;
+  std::uint32_t index[direct::Peer::kMaxBatch];
+  direct::Peer::Write writes[direct::Peer::kMaxBatch];
+  const std::size_t n = gathered.size();
+  for (std::size_t k = 0; k < n; ++k) {
+    const OpSlot& s = slots[gathered[k]];
+    index[k] = gathered[k];
+    writes[k].local = std::span<const backend::Iov>(s.iov, s.iov_count);
+    writes[k].total = s.done.length;
+    writes[k].raddr = s.raddr;
+    writes[k].key = s.rkey;
+  }
+  gathered.clear();
+  gathered_bytes = 0;
+  const std::size_t placed = direct_peer ? direct_peer->write_many({writes, n}) : 0;
+  for (std::size_t k = 0; k < placed; ++k) {
+    direct_ops.fetch_add(1, std::memory_order_relaxed);
+    if (writes[k].mapped) direct_mapped_ops.fetch_add(1, std::memory_order_relaxed);
+    if (n > 1) direct_batched.fetch_add(1, std::memory_order_relaxed);
+    complete(slots[index[k]], {});
+  }
+  if (placed == n) return;
+  if (writes[placed].outcome == direct::Peer::Outcome::refused) {
+    // As the target's refusal over the transport: remote_access, the
+    // connection ends, and the writes after it are flushed.
+    direct_ops.fetch_add(1, std::memory_order_relaxed);
+    fail(&slots[index[placed]], make_error_code(Errc::remote_access), ConnectionEventType::lost);
+    return;
+  }
+  if (writes[placed].outcome == direct::Peer::Outcome::broken) {
+    direct_why_not = "the peer can no longer be reached directly (EPERM, ESRCH or exited)";
+    direct_peer.reset();
+  }
+  // The rest go over the transport, in posting order (nothing else is in
+  // flight or deferred while writes are gathered).
+  for (std::size_t k = placed; k < n; ++k) deferred.push_back(index[k]);
+  pump_deferred();
+  if (!deferred.empty()) set_owes_work(true);
 }
 
 void EndpointImpl::pump_deferred() {
@@ -395,6 +485,8 @@ void EndpointImpl::flush_all() {
   for (OpSlot& s : slots)
     if (s.reported) release_slot(s.index);
   deferred.clear();
+  gathered.clear();
+  gathered_bytes = 0;
   unacked.clear();
   in_flight = 0;
   // Nothing more goes on the peer's ring (this side's inbox stays watched
@@ -505,6 +597,7 @@ int EndpointImpl::progress() {
   MutexLock lock(mu);
   if (!conn || closed) return 0;
   progress_calls.fetch_add(1, std::memory_order_relaxed);
+  flush_gathered();
   std::shared_lock<std::shared_mutex> transport(zone->transport_mu);
   int total = 0;
   if (inbox || outbox) total += take_ring();
@@ -532,7 +625,8 @@ int EndpointImpl::progress() {
     flush_replies();
     pump_deferred();
   }
-  set_owes_work(conn && (msgs_acked != msgs_handled || !pending_replies.empty() || !deferred.empty()));
+  set_owes_work(conn &&
+                (msgs_acked != msgs_handled || !pending_replies.empty() || !deferred.empty() || !gathered.empty()));
   return total;
 }
 
@@ -542,14 +636,14 @@ bool EndpointImpl::ready_to_sleep() {
   std::shared_lock<std::shared_mutex> transport(zone->transport_mu);
   // An acknowledgement or reply the transport could not take yet is
   // retried rather than left until after a sleep.
-  return conn->try_wait() && msgs_acked == msgs_handled && pending_replies.empty() && ring_idle();
+  return gathered.empty() && conn->try_wait() && msgs_acked == msgs_handled && pending_replies.empty() && ring_idle();
 }
 
 bool EndpointImpl::quiet_but_queue() {
   MutexLock lock(mu);
   if (!conn) return true;
   std::shared_lock<std::shared_mutex> transport(zone->transport_mu);
-  return conn->quiet() && msgs_acked == msgs_handled && pending_replies.empty() && ring_idle();
+  return gathered.empty() && conn->quiet() && msgs_acked == msgs_handled && pending_replies.empty() && ring_idle();
 }
 
 void EndpointImpl::push_event(ConnectionEvent ev) {
@@ -657,7 +751,8 @@ void EndpointImpl::drop_connection() noexcept {
   {
     MutexLock lock(mu);
     if (conn && state == EndpointState::connected) {
-      say_goodbye();
+      flush_gathered();  // posted before the close: placed, as over the transport
+      if (state == EndpointState::connected) say_goodbye();
       conn->shutdown();
     }
     flush_all();

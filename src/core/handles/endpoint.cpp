@@ -164,7 +164,12 @@ Result<void> Endpoint::disconnect() {
   detail::MutexLock lock(ep->mu);
   if (ep->closed) return Errc::invalid_handle;
   const EndpointState st = ep->state;
-  if (st == EndpointState::connected) ep->say_goodbye();
+  if (st == EndpointState::connected) {
+    ep->flush_gathered();  // posted before the disconnect: placed, as over the transport
+    // A refused one ended the connection (lost) and flushed the rest.
+    if (ep->state != EndpointState::connected) return {};
+    ep->say_goodbye();
+  }
   if (st == EndpointState::connected || st == EndpointState::connect_pending) {
     ep->state = EndpointState::disconnected;
     ep->conn->shutdown();

@@ -60,7 +60,10 @@ Result<ProtectionZone> Fabric::create_zone(const ZoneOptions& options) {
     zone->direct_why_not = "the direct path is off while remora-check runs";
   else
     zone->direct = detail::direct::Table::create(zone->direct_why_not);
-  if (zone->direct) zone->direct_split = detail::direct::copy_helper_allowed_by_environment();
+  if (zone->direct) {
+    zone->direct_split = detail::direct::copy_helper_allowed_by_environment();
+    zone->direct_gather = detail::direct::gather_allowed_by_environment();
+  }
   zone->agent = std::make_shared<detail::Agent>(zone.get(), zone->busy_poll);
   // Entries a connection's poll read from a shared transport queue for
   // other connections: the agent looks at those (the zone, and so the agent,
