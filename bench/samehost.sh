@@ -193,6 +193,7 @@ UCX_CASES=(
 )
 # The remora-perf cases: name|op|size|iterations|server flags|client flags.
 REMORA_CASES=(
+    "write|write|4096|40000||"
     "write|write|65536|20000||"
     "write|write|1048576|2000||"
     "wfv_asleep|write_flush_visibility|8|10000||"

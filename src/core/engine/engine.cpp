@@ -324,7 +324,10 @@ bool EndpointImpl::try_direct(OpSlot& s) {
     // the agent places them within kGatherBound.
     gathered.push_back(s.index);
     gathered_bytes = s.done.length;
-    set_owes_work(true);
+    // The polling user's next drive progresses the endpoint. Not
+    // owes_work: that would have the agent progress it at every look too,
+    // contending with that user for the endpoint's lock.
+    send_cq->note_owing(*this);
     const auto now = std::chrono::steady_clock::now();
     if (now.time_since_epoch().count() >= gather_bound_asked && zone->agent->serves_others()) {
       gather_bound_asked = (now + kGatherBound).time_since_epoch().count();
@@ -625,8 +628,7 @@ int EndpointImpl::progress() {
     flush_replies();
     pump_deferred();
   }
-  set_owes_work(conn &&
-                (msgs_acked != msgs_handled || !pending_replies.empty() || !deferred.empty() || !gathered.empty()));
+  set_owes_work(conn && (msgs_acked != msgs_handled || !pending_replies.empty() || !deferred.empty()));
   return total;
 }
 
@@ -636,14 +638,14 @@ bool EndpointImpl::ready_to_sleep() {
   std::shared_lock<std::shared_mutex> transport(zone->transport_mu);
   // An acknowledgement or reply the transport could not take yet is
   // retried rather than left until after a sleep.
-  return gathered.empty() && conn->try_wait() && msgs_acked == msgs_handled && pending_replies.empty() && ring_idle();
+  return conn->try_wait() && msgs_acked == msgs_handled && pending_replies.empty() && ring_idle();
 }
 
 bool EndpointImpl::quiet_but_queue() {
   MutexLock lock(mu);
   if (!conn) return true;
   std::shared_lock<std::shared_mutex> transport(zone->transport_mu);
-  return gathered.empty() && conn->quiet() && msgs_acked == msgs_handled && pending_replies.empty() && ring_idle();
+  return conn->quiet() && msgs_acked == msgs_handled && pending_replies.empty() && ring_idle();
 }
 
 void EndpointImpl::push_event(ConnectionEvent ev) {
