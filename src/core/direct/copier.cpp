@@ -87,7 +87,7 @@ class Helper {
   enum : int { kIdle = 0, kPosted = 1, kRunning = 2, kDone = 3 };
   /// After a job the helper looks for the next one this long before it
   /// sleeps: a stream of large transfers finds it awake.
-  static constexpr std::chrono::microseconds kSpin{50};
+  static constexpr std::chrono::microseconds kSpin{200};
 
   void run() noexcept {
     for (;;) {
