@@ -197,6 +197,12 @@ class Peer {
     Outcome outcome = Outcome::tcp;
     bool mapped = false;  // placed through this process's mapping
   };
+  /// The region of `key` is in the table and shareable (a write to it is a
+  /// memcpy through a mapping: nothing to gain from a batch).
+  bool shareable(std::uint64_t key) const noexcept {
+    const Found f = lookup(key);
+    return f.entry != nullptr && f.share != 0;
+  }
   /// At most this many writes in one batch.
   static constexpr std::size_t kMaxBatch = 16;
   /// Writes posted back to back (at most kMaxBatch), placed in posting

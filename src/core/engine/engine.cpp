@@ -378,13 +378,15 @@ bool EndpointImpl::try_direct(OpSlot& s) {
 bool EndpointImpl::gatherable(const OpSlot& s) const {
   // A plain write smaller than a split transfer (copier.hpp), while a user
   // thread polls the endpoint's completion queue (CompletionQueue::poll
-  // claims it for 1 ms): that thread's next poll places it. A program that
+  // claims it for 1 ms), into a region not mapped here (a memcpy through a
+  // mapping has no call to share): that thread's next poll places it. A program that
   // sleeps in wait() or on the queue's descriptor has its writes placed at
   // once, as before.
   if (s.kind != OpSlot::Kind::write || s.with_data || s.fence || s.check || s.done.length == 0 ||
       s.done.length >= direct::kSplitBytes || !direct_peer || state != EndpointState::connected || !zone->direct_gather)
     return false;
-  return send_cq->claimed(std::chrono::steady_clock::now().time_since_epoch().count());
+  return send_cq->claimed(std::chrono::steady_clock::now().time_since_epoch().count()) &&
+         !direct_peer->shareable(s.rkey);
 }
 
 void EndpointImpl::flush_gathered() {
