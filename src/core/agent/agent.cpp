@@ -476,14 +476,16 @@ void Agent::run() {
       // look_by's endpoints that are due join them.
       if (next_due_.load(std::memory_order_seq_cst) != 0) {
         std::int64_t next = 0;
-        std::erase_if(due_, [&](const std::pair<std::int64_t, const EndpointImpl*>& d) {
+        std::size_t kept = 0;
+        for (const auto& d : due_) {
           if (d.first <= now) {
             fresh_.push_back(d.second);
-            return true;
+            continue;
           }
           if (next == 0 || d.first < next) next = d.first;
-          return false;
-        });
+          due_[kept++] = d;
+        }
+        due_.resize(kept);
         next_due_.store(next, std::memory_order_seq_cst);
       }
       taken.insert(taken.end(), fresh_.begin(), fresh_.end());
