@@ -540,7 +540,7 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   std::atomic<std::uint64_t> direct_mapped_ops{0};
   // Writes posted back to back while a user thread polls the completion
   // queue, placed together at the next post of another kind, the next
-  // drive of the endpoint, or when kGatherMax / kGatherBytes are reached
+  // drive of the endpoint, or when Peer::kMaxBatch / kGatherBytes are reached
   // (docs/design.md, "Writes posted back to back"): their slots, in posting
   // order, and their bytes. Writes placed in a batch of two or more (tests
   // look at it).

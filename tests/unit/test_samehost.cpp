@@ -1184,19 +1184,26 @@ std::unique_ptr<Pair> gathering_pair() {
   return p;
 }
 
-/// Post `n` 4 KiB writes of `fill` from local page i to target page i, right
-/// after a poll: true when all of them went in one batch (the posting thread
-/// may be descheduled between two posts for longer than the agent waits).
-bool post_batch(Pair& p, int n, std::uint8_t fill, std::uint64_t cookie0) {
-  const std::uint64_t before = batched(p.iep);
+/// Post `n` 4 KiB writes of `fill` from local page i to target page i
+/// (cookies from `cookie0`), right after a poll, which claims the queue:
+/// this thread polls it.
+void post_pages(Pair& p, int n, std::uint8_t fill, std::uint64_t cookie0) {
   std::memset(p.local_mem.data(), fill, p.local_mem.size());
   Completion none[1];
-  (void)p.icq.poll(none);  // claims the queue: this thread polls it
+  (void)p.icq.poll(none);
   for (int i = 0; i < n; ++i) {
-    Segment seg(p.lmr, static_cast<std::uint64_t>(i) * 4096, 4096);
-    EXPECT_OK(
-        p.iep.write({&seg, 1}, p.rr, static_cast<std::uint64_t>(i) * 4096, cookie0 + static_cast<std::uint64_t>(i)));
+    const auto page = static_cast<std::uint64_t>(i) * 4096;
+    Segment seg(p.lmr, page, 4096);
+    EXPECT_OK(p.iep.write({&seg, 1}, p.rr, page, cookie0 + static_cast<std::uint64_t>(i)));
   }
+}
+
+/// post_pages, then their completions, in posting order: true when all of
+/// them went in one batch (the posting thread may be descheduled between
+/// two posts for longer than the agent waits).
+bool post_batch(Pair& p, int n, std::uint8_t fill, std::uint64_t cookie0) {
+  const std::uint64_t before = batched(p.iep);
+  post_pages(p, n, fill, cookie0);
   auto c = collect(p.icq, static_cast<std::size_t>(n));
   EXPECT_EQ(c.size(), static_cast<std::size_t>(n));
   for (std::size_t i = 0; i < c.size(); ++i) {
@@ -1301,13 +1308,8 @@ TEST(SameHostGather, WritesAreStillPlacedWhenTheUserStopsPolling) {
   // kGatherBound of 2 ms; bounded here at 2 s).
   auto p = gathering_pair();
   ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
-  std::memset(p->local_mem.data(), 0x71, p->local_mem.size());
-  Completion none[1];
-  (void)p->icq.poll(none);
-  for (int i = 0; i < 3; ++i) {
-    Segment seg(p->lmr, static_cast<std::uint64_t>(i) * 4096, 4096);
-    ASSERT_OK(p->iep.write({&seg, 1}, p->rr, static_cast<std::uint64_t>(i) * 4096, static_cast<std::uint64_t>(i)));
-  }
+  post_pages(*p, 3, 0x71, 0);
+  ASSERT_FALSE(::testing::Test::HasFailure()) << "a write was not posted";
   auto landed = [&] {
     // The bytes another thread (the agent) writes: read as atomics.
     for (std::size_t i = 0; i < 3 * 4096; ++i)
@@ -1324,13 +1326,8 @@ TEST(SameHostGather, WritesAreStillPlacedWhenTheUserStopsPolling) {
 TEST(SameHostGather, WritesGatheredBeforeADisconnectAreWritten) {
   auto p = gathering_pair();
   ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
-  std::memset(p->local_mem.data(), 0x73, p->local_mem.size());
-  Completion none[1];
-  (void)p->icq.poll(none);
-  for (int i = 0; i < 3; ++i) {
-    Segment seg(p->lmr, static_cast<std::uint64_t>(i) * 4096, 4096);
-    ASSERT_OK(p->iep.write({&seg, 1}, p->rr, static_cast<std::uint64_t>(i) * 4096, static_cast<std::uint64_t>(i)));
-  }
+  post_pages(*p, 3, 0x73, 0);
+  ASSERT_FALSE(::testing::Test::HasFailure()) << "a write was not posted";
   ASSERT_OK(p->iep.disconnect());
   EXPECT_TRUE(
       std::all_of(p->target_mem.begin(), p->target_mem.begin() + 3 * 4096, [](std::uint8_t b) { return b == 0x73; }));

@@ -468,19 +468,24 @@ std::shared_ptr<const Peer::Mapping> Peer::mapping(const Found& f) {
   return made;
 }
 
+std::optional<Peer::Outcome> Peer::refusal(const Found& f, std::uint64_t raddr, std::uint64_t len,
+                                           std::uint64_t need) const noexcept {
+  if (f.entry == nullptr)
+    // Not a region of the peer's zone, unless the table left some out.
+    return header()->omitted.load(std::memory_order_seq_cst) == 0 ? Outcome::refused : Outcome::tcp;
+  // The checks the target would make: the range inside the region, the
+  // privilege in the region's access.
+  if (raddr < f.addr || len > f.len || raddr - f.addr > f.len - len || (f.access & need) == 0) return Outcome::refused;
+  return std::nullopt;
+}
+
 Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, std::uint64_t total, std::uint64_t raddr,
                              std::uint64_t key, bool split, bool* mapped) {
   const std::uint64_t need = write ? kWrite : kRead;
   for (int attempt = 0; attempt < 16; ++attempt) {
     const Found f = lookup(key);
     if (f.torn) continue;
-    if (f.entry == nullptr)
-      // Not a region of the peer's zone, unless the table left some out.
-      return header()->omitted.load(std::memory_order_seq_cst) == 0 ? Outcome::refused : Outcome::tcp;
-    // The checks the target would make: the range inside the region, the
-    // privilege in the region's access.
-    if (raddr < f.addr || total > f.len || raddr - f.addr > f.len - total || (f.access & need) == 0)
-      return Outcome::refused;
+    if (const auto no = refusal(f, raddr, total, need)) return *no;
     // A shareable region: copy through this process's own mapping of it. No
     // pidfd check: the mapping is of the region's file, not of a pid.
     const std::shared_ptr<const Mapping> m = f.share != 0 ? mapping(f) : nullptr;
@@ -539,12 +544,8 @@ std::size_t Peer::write_many(std::span<Write> batch) {
       for (int attempt = 0; attempt < 16 && !in; ++attempt) {
         f = lookup(w.key);
         if (f.torn) continue;
-        if (f.entry == nullptr) {
-          w.outcome = header()->omitted.load(std::memory_order_seq_cst) == 0 ? Outcome::refused : Outcome::tcp;
-          break;
-        }
-        if (w.raddr < f.addr || w.total > f.len || w.raddr - f.addr > f.len - w.total || (f.access & kWrite) == 0) {
-          w.outcome = Outcome::refused;
+        if (const auto no = refusal(f, w.raddr, w.total, kWrite)) {
+          w.outcome = *no;
           break;
         }
         checked = true;
@@ -636,12 +637,8 @@ Peer::Outcome Peer::flush(std::uint64_t key, std::uint64_t raddr, std::uint64_t 
   for (int attempt = 0; attempt < 16; ++attempt) {
     const Found f = lookup(key);
     if (f.torn) continue;
-    if (f.entry == nullptr)
-      return header()->omitted.load(std::memory_order_seq_cst) == 0 ? Outcome::refused : Outcome::tcp;
-    // handle_request's checks for a flush: the range inside the region, and
-    // some remote access granted.
-    if (raddr < f.addr || len > f.len || raddr - f.addr > f.len - len || (f.access & (kRead | kWrite)) == 0)
-      return Outcome::refused;
+    // handle_request's checks for a flush: some remote access granted.
+    if (const auto no = refusal(f, raddr, len, kRead | kWrite)) return *no;
     if (!persistent) return Outcome::done;
     if ((f.access & kPersistent) == 0 || f.share == 0) return Outcome::tcp;
     const std::shared_ptr<const Mapping> m = mapping(f);

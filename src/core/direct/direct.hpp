@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -282,6 +283,12 @@ class Peer {
     bool torn = false;  // changed while read: look again
   };
   Found lookup(std::uint64_t key) const noexcept;
+  /// The target's checks on `f` (a lookup that was not torn) for
+  /// [raddr, raddr+len) and one of the access bits `need`: nothing when they
+  /// pass; else `refused`, or `tcp` for a key missing from a table that left
+  /// some regions out (the owner decides).
+  std::optional<Outcome> refusal(const Found& f, std::uint64_t raddr, std::uint64_t len,
+                                 std::uint64_t need) const noexcept;
   /// Announce a transfer to the entry of `f` (Table::remove waits for it to
   /// leave); false, with nothing announced, when the entry changed since
   /// `f` was read (look it up again).
