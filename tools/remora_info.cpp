@@ -305,9 +305,35 @@ int check(const std::string& provider) {
   const std::string scope = read_first_line("/proc/sys/kernel/yama/ptrace_scope");
   // On unless the program (FabricOptions::same_host) or REMORA_SAMEHOST
   // turns it off; the library reports a value it does not know and ignores it.
-  const char* samehost = std::getenv("REMORA_SAMEHOST");
-  const std::string_view sh = samehost != nullptr ? samehost : "";
-  const bool direct_on = !(sh == "0" || sh == "off" || sh == "no" || sh == "false");
+  // The library reads its three switches alike (direct::switch_from_environment):
+  // unset, empty, "1", "on", "yes" or "true" is on; "0", "off", "no" or "false" off;
+  // any other value is reported on stderr and ignored (on).
+  struct Switch {
+    const char* name;
+    std::string value;
+    bool on = true;
+    bool known = true;
+  };
+  auto read_switch = [](const char* name) {
+    Switch s{name, {}};
+    const char* v = std::getenv(name);
+    if (v == nullptr) return s;
+    s.value = v;
+    if (s.value == "0" || s.value == "off" || s.value == "no" || s.value == "false")
+      s.on = false;
+    else
+      s.known = s.value.empty() || s.value == "1" || s.value == "on" || s.value == "yes" || s.value == "true";
+    return s;
+  };
+  const Switch samehost = read_switch("REMORA_SAMEHOST");
+  const Switch gather = read_switch("REMORA_GATHER_WRITES");
+  const Switch helper = read_switch("REMORA_COPY_HELPER");
+  for (const Switch* s : {&samehost, &gather, &helper})
+    if (!s->known)
+      out.push_back({'w', std::string(s->name) + "=" + s->value + " is not a value Remora knows: ignored (on)",
+                     std::string("set it to 0 to turn it off, or unset it")});
+  const std::string_view sh = samehost.value;
+  const bool direct_on = samehost.on;
   const std::string scope_note = scope.empty() ? std::string() : " (kernel.yama.ptrace_scope = " + scope + ")";
   if (!direct_on) {
     out.push_back({'o',
@@ -332,6 +358,22 @@ int check(const std::string& provider) {
     out.push_back(
         {'o', "same-host direct path: on towards peers of this user" + scope_note + " (REMORA_SAMEHOST=0 turns it off)",
          ""});
+  }
+  // Two ways the direct path moves ordinary (not shared) memory faster
+  // (docs/design.md, "Writes posted back to back", "Large transfers on two
+  // threads"): each has its own switch, read when a zone is created.
+  if (direct_on && scope != "3") {
+    out.push_back({'o',
+                   std::string("same-host writes posted back to back while a thread polls: ") +
+                       (gather.on ? "placed together by one call (REMORA_GATHER_WRITES=0 turns it off)"
+                                  : "each placed by its own call (REMORA_GATHER_WRITES=" + gather.value + ")"),
+                   ""});
+    out.push_back({'o',
+                   std::string("same-host transfers of 256 KiB and more: ") +
+                       (helper.on ? "split over the posting thread and a helper thread (REMORA_COPY_HELPER=0 turns "
+                                    "it off)"
+                                  : "moved by the posting thread alone (REMORA_COPY_HELPER=" + helper.value + ")"),
+                   ""});
   }
   std::size_t errors = 0, warnings = 0;
   for (const auto& f : out) {

@@ -80,6 +80,22 @@ if timeout 30 "$INFO" --check >"$WORK/check.txt" 2>&1 && grep -q '^ok .*DAT IA n
 else
     fail "remora-info --check"; cat "$WORK/check.txt" >&2
 fi
+# The same-host switches: their state, and a value the library would ignore.
+# (Where the kernel forbids the path, ptrace_scope 3, their lines are left out.)
+if [ "$(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null)" = 3 ]; then
+    echo "smoke.sh: skipped: remora-info --check and the same-host switches (ptrace_scope 3 forbids the path)"
+elif grep -q '^ok .*same-host writes posted back to back.*placed together by one call' "$WORK/check.txt" &&
+    grep -q '^ok .*same-host transfers of 256 KiB and more: split over' "$WORK/check.txt" &&
+    REMORA_GATHER_WRITES=0 REMORA_COPY_HELPER=maybe timeout 30 "$INFO" --check >"$WORK/check-switches.txt" 2>&1 &&
+    grep -q '^ok .*each placed by its own call (REMORA_GATHER_WRITES=0)' "$WORK/check-switches.txt" &&
+    grep -q '^warn  REMORA_COPY_HELPER=maybe is not a value Remora knows' "$WORK/check-switches.txt" &&
+    REMORA_SAMEHOST=0 timeout 30 "$INFO" --check >"$WORK/check-off.txt" 2>&1 &&
+    grep -q '^ok .*same-host direct path: off (REMORA_SAMEHOST=0)' "$WORK/check-off.txt" &&
+    ! grep -q 'same-host writes' "$WORK/check-off.txt"; then
+    pass "remora-info --check reports the same-host switches"
+else
+    fail "remora-info --check and the same-host switches"; cat "$WORK/check.txt" "$WORK/check-switches.txt" >&2
+fi
 rc=0
 FI_PROVIDER=no-such-provider timeout 30 "$INFO" --check >"$WORK/check-bad.txt" 2>&1 || rc=$?
 if [ "$rc" = 1 ] && grep -q '^FAIL .*FI_PROVIDER is set' "$WORK/check-bad.txt" &&
