@@ -139,6 +139,9 @@ struct ZoneImpl : std::enable_shared_from_this<ZoneImpl> {
   // or the table could not be made (`direct_why_not` says which). Set at
   // creation, then constant.
   std::unique_ptr<direct::Table> direct;
+  /// The table's count of bells its peers rang (direct::RingWatch); 0
+  /// without the path.
+  std::uint64_t rings_rung() const noexcept { return direct ? direct->rung() : 0; }
   std::string direct_why_not;
   // Large cross-memory transfers of this zone's connections split over two
   // threads (src/core/direct/copier.hpp), unless REMORA_COPY_HELPER=0 when
@@ -254,7 +257,7 @@ struct CqImpl {
   // inbox, kept alive here): a drive progresses those whose inbox is not
   // idle (a peer process fills it, or rang its bell; no transport read
   // reports that), and arm() does not sleep while one is not.
-  std::unordered_map<const EndpointImpl*, std::shared_ptr<const direct::Inbox>> ringed REMORA_GUARDED_BY(sources_mu);
+  direct::RingWatch ringed REMORA_GUARDED_BY(sources_mu);
   /// `ep` (a source of this queue) got `inbox` (on), or is letting it go
   /// (off): its bell joins or leaves the epoll set.
   void watch_ring(const EndpointImpl& ep, const std::shared_ptr<direct::Inbox>& inbox, bool on)
@@ -879,6 +882,9 @@ class Agent : public std::enable_shared_from_this<Agent> {
     bool armed = true;
   };
   std::unordered_map<const EndpointImpl*, WatchedRing> rings_ REMORA_GUARDED_BY(mu_);
+  // The same inboxes, for the turn's look (every one only when the zone's
+  // `rung` count moved or at a sweep).
+  direct::RingWatch ring_watch_ REMORA_GUARDED_BY(mu_);
   bool cm_armed_ REMORA_GUARDED_BY(mu_) = true;  // cm_wait_fd in the epoll set with EPOLLIN
   std::uint64_t turn_ = 0;
 };

@@ -466,7 +466,7 @@ TEST_F(RingsDriven, AnythingButAUserMessageOnTheRingEndsTheConnection) {
 TEST_F(RingsDriven, AnOfferOfNoRingIsRefusedBeforeAnythingIsMapped) {
   detail::MutexLock lock(iep.impl()->mu);
   ASSERT_TRUE(iep.impl()->direct_peer);
-  const auto& peer = *iep.impl()->direct_peer;
+  const std::shared_ptr<const detail::direct::Peer> peer = iep.impl()->direct_peer;
   struct Bad {
     std::size_t slots, slot_size;
     std::uint64_t nonce;
@@ -508,6 +508,90 @@ TEST(RingInbox, CountsAndLengthsOutOfRangeAreRefused) {
   h->tail.store(1 + 5);  // more than the ring's four slots published
   EXPECT_EQ(in->next(msg, data), Next::broken);
   ::munmap(m, bytes);
+}
+
+// A consumer (the agent, a completion queue) looks at every inbox only when
+// the zone's count of rung bells moved; otherwise at those it found busy and
+// those whose sender does not count. Each step below would report the
+// inbox were every inbox looked at on every call.
+TEST(RingWatch, AnIdleInboxWhoseSenderCountsIsLookedAtAgainOnlyWhenTheCountMoves) {
+  std::string why;
+  std::shared_ptr<detail::direct::Inbox> in = detail::direct::Inbox::create(4, 64, why);
+  ASSERT_TRUE(in) << why;
+  const std::size_t bytes = sizeof(detail::direct::RingHeader) + 4 * 128;
+  void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, in->fd(), 0);
+  ASSERT_NE(m, MAP_FAILED);
+  auto* h = static_cast<detail::direct::RingHeader*>(m);
+  auto* slot0 = reinterpret_cast<detail::direct::RingSlot*>(static_cast<char*>(m) + sizeof *h);
+  detail::direct::RingWatch w;
+  const int key_storage = 0;
+  const void* key = &key_storage;
+  w.add(key, in);
+  std::vector<const void*> busy;
+  auto look = [&](std::uint64_t rung, bool all = false) {
+    busy.clear();
+    w.look(rung, all, busy);
+    return busy.size() == 1 && busy[0] == key;
+  };
+  // A sender that does not count (yet): looked at on every call.
+  EXPECT_FALSE(look(0));
+  EXPECT_EQ(w.looks(), 1u);
+  slot0->len.store(8);
+  h->tail.store(1);  // published without a count
+  EXPECT_TRUE(look(0)) << "an inbox whose sender does not count was not looked at";
+  std::span<const std::uint8_t> msg;
+  std::uint64_t data = 0;
+  ASSERT_EQ(in->next(msg, data), detail::direct::Inbox::Next::message);
+  in->pop();
+  // It counts from now on: seen idle, it is left alone while the count
+  // stands still.
+  h->sender.store(detail::direct::kSenderCounts);
+  EXPECT_FALSE(look(0));
+  EXPECT_EQ(w.looks(), 0u);
+  h->tail.store(2);  // as a sender would publish, but without its count
+  EXPECT_FALSE(look(0)) << "an idle inbox whose sender counts was looked at with the count unchanged";
+  // The count moved: every inbox is looked at, and a busy one again on the
+  // next call, until it is seen idle.
+  EXPECT_TRUE(look(1));
+  EXPECT_TRUE(look(1)) << "a busy inbox was not looked at again";
+  ASSERT_EQ(in->next(msg, data), detail::direct::Inbox::Next::message);
+  in->pop();
+  EXPECT_FALSE(look(1));
+  EXPECT_EQ(w.looks(), 0u);
+  // A rung bell alone makes it busy too; `all` looks whatever the count.
+  h->bell.store(1);
+  EXPECT_FALSE(look(1));
+  EXPECT_TRUE(look(1, true));
+  in->quiet_bell();
+  EXPECT_FALSE(look(1, true));
+  // Removed: never reported again.
+  h->tail.store(3);
+  w.remove(key);
+  EXPECT_FALSE(look(2));
+  EXPECT_TRUE(w.empty());
+  ::munmap(m, bytes);
+}
+
+// The sender says it counts before its first message, and bumps the count
+// in the receiving zone's table whenever it rings the receiver's bell.
+TEST_F(Rings, TheSenderCountsTheBellsItRingsInTheReceiversZone) {
+  std::shared_ptr<detail::direct::Inbox> target_inbox;
+  {
+    detail::MutexLock lock(p->tep.impl()->mu);
+    target_inbox = p->tep.impl()->inbox;
+  }
+  ASSERT_TRUE(target_inbox);
+  EXPECT_TRUE(target_inbox->sender_counts());
+  const std::uint64_t before = p->tz.impl()->rings_rung();
+  Segment r(p->tmr, 0, 8);
+  ASSERT_OK(p->tep.recv({&r, 1}, 1));
+  Segment s(p->lmr, 0, 8);
+  const std::uint64_t sent = ring_sent(p->iep);
+  ASSERT_OK(p->iep.send({&s, 1}, 2));
+  ASSERT_EQ(collect(p->icq, 1).size(), 1u);
+  ASSERT_EQ(collect(p->tcq, 1).size(), 1u);
+  ASSERT_EQ(ring_sent(p->iep), sent + 1) << "the send did not go by the ring";
+  EXPECT_GT(p->tz.impl()->rings_rung(), before) << "a send into an empty inbox rang no bell the zone counted";
 }
 
 // The ring's memory file is sealed at its size: a peer holding the

@@ -250,9 +250,11 @@ void Agent::watch_ring(const EndpointImpl* ep, const std::shared_ptr<direct::Inb
   if (!on) {
     epoll_ctl(epfd_, EPOLL_CTL_DEL, inbox->bell_fd(), nullptr);
     rings_.erase(ep);
+    ring_watch_.remove(ep);
     return;
   }
   rings_[ep] = WatchedRing{inbox, true};
+  ring_watch_.add(ep, inbox);
   // Edge-triggered: one wake per ring. The agent need not empty the bell
   // (the endpoint's progress does), so it can leave an endpoint a user
   // drives to that user without waking again and again meanwhile.
@@ -380,6 +382,7 @@ void Agent::run() {
   std::vector<const EndpointImpl*> taken;
   // Endpoints whose same-host inbox was not idle at this turn's look.
   std::vector<const EndpointImpl*> rung_eps;
+  std::vector<const void*> ring_busy;
   // Shared transport queues whose fd woke the agent, or that could not be
   // slept on after the last turn: read (pumped) at the start of the next.
   std::vector<backend::SharedQueue*> queues_to_pump, pumped, to_try;
@@ -493,9 +496,12 @@ void Agent::run() {
       // costs two loads per ring), and progressed unless a user drives
       // them. A spinning agent does not read its epoll set, so this is how
       // it sees them.
+      // Every inbox only at a sweep or when the zone's count moved
+      // (RingWatch): a look at one reads a page of its own.
+      ring_busy.clear();
+      if (!ring_watch_.empty()) ring_watch_.look(zone_->direct ? zone_->direct->rung() : 0, sweep, ring_busy);
       rung_eps.clear();
-      for (const auto& [raw, wr] : rings_)
-        if (!wr.box->idle()) rung_eps.push_back(raw);
+      for (const void* key : ring_busy) rung_eps.push_back(static_cast<const EndpointImpl*>(key));
       std::sort(rung_eps.begin(), rung_eps.end());
       fired.insert(fired.end(), rung_eps.begin(), rung_eps.end());
       std::sort(taken.begin(), taken.end());

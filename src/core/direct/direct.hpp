@@ -95,7 +95,13 @@ struct Header {
   // after sending: the owner's agent then reads every transport queue of
   // its zone, those its users drive too, and serves what it finds.
   std::atomic<std::uint64_t> doorbell;
-  std::atomic<std::uint64_t> reserved[3];
+  // Bumped by a peer each time it rings the bell of an inbox of this zone
+  // (Outbox::ring, after the bell): the zone's agent and completion queues
+  // look at every inbox only when it moved, and otherwise at those they
+  // found busy and those whose sender does not bump it (an older version,
+  // where this was reserved and stays 0): direct::RingWatch.
+  std::atomic<std::uint64_t> rung;
+  std::atomic<std::uint64_t> reserved[2];
 };
 static_assert(sizeof(Header) == 64);
 
@@ -153,6 +159,8 @@ class Table {
   /// Publish the zone agent's doorbell (an eventfd of this process, which
   /// stays open as long as the table) in the header.
   void set_doorbell(int fd) noexcept;
+  /// The header's `rung` count, now.
+  std::uint64_t rung() const noexcept { return header()->rung.load(std::memory_order_seq_cst); }
 
  private:
   Table() = default;
@@ -248,6 +256,9 @@ class Peer {
   int take_fd(int number) const noexcept;
   /// The same, but only if it is an eventfd (else -1, nothing kept).
   int take_eventfd(int number) const noexcept { return open_doorbell(number); }
+  /// The `rung` count in the peer's table header (Outbox::ring bumps it);
+  /// valid while this Peer lives.
+  std::atomic<std::uint64_t>& rung_count() const noexcept { return header()->rung; }
   /// The peer's table names a doorbell this process can open (tests).
   bool has_doorbell() const noexcept { return doorbell_ >= 0; }
 

@@ -172,6 +172,8 @@ bool Inbox::idle() const noexcept {
          h->bell.load(std::memory_order_acquire) == 0;
 }
 
+bool Inbox::sender_counts() const noexcept { return header()->sender.load(std::memory_order_seq_cst) == kSenderCounts; }
+
 void Inbox::close_fd() noexcept {
   if (fd_ < 0) return;
   ::close(fd_);
@@ -181,8 +183,9 @@ void Inbox::close_fd() noexcept {
 
 // ---- sender ----
 
-std::unique_ptr<Outbox> Outbox::open(const Peer& peer, int fd, int bell, std::uint64_t nonce, std::size_t slots,
-                                     std::size_t slot_size, std::string& why) {
+std::unique_ptr<Outbox> Outbox::open(const std::shared_ptr<const Peer>& peer_ptr, int fd, int bell, std::uint64_t nonce,
+                                     std::size_t slots, std::size_t slot_size, std::string& why) {
+  const Peer& peer = *peer_ptr;
   std::unique_ptr<Outbox> o(new Outbox());
   if (nonce == 0 || !RingGeometry::make(slots, slot_size, o->geo_)) {
     why = "malformed ring offer";
@@ -222,6 +225,10 @@ std::unique_ptr<Outbox> Outbox::open(const Peer& peer, int fd, int bell, std::ui
     why = "the offered bell is not an eventfd of the peer";
     return nullptr;
   }
+  o->peer_ = peer_ptr;
+  // Before the first message: the owner may then skip looking at this ring
+  // until the zone's count moves (RingWatch).
+  o->header()->sender.store(kSenderCounts, std::memory_order_seq_cst);
   return o;
 }
 
@@ -261,6 +268,44 @@ void Outbox::ring() noexcept {
   [[maybe_unused]] auto n = ::write(bell_, &one, sizeof one);
   // After the write: the owner empties the bell only once it sees this.
   header()->bell.store(1, std::memory_order_release);
+  // After the bell: a consumer that sees the count move looks at every
+  // ring of the zone and finds this one rung.
+  peer_->rung_count().fetch_add(1, std::memory_order_seq_cst);
+}
+
+// ---- consumers ----
+
+void RingWatch::add(const void* key, std::shared_ptr<const Inbox> box) {
+  remove(key);
+  rings_[key] = Ring{std::move(box), false};
+  looks_.push_back(key);
+}
+
+void RingWatch::remove(const void* key) {
+  if (rings_.erase(key) != 0) std::erase(looks_, key);
+}
+
+void RingWatch::look_at(const void* key, Ring& r, std::vector<const void*>& busy) {
+  // Whether the sender counts first: it says so before its first message,
+  // so an inbox seen idle after that is one whose next message moves the
+  // count (or that its owner's drive, taking until the ring is empty, finds
+  // anyway: Inbox::next).
+  if (!r.counted) r.counted = r.box->sender_counts();
+  const bool idle = r.box->idle();
+  if (!idle) busy.push_back(key);
+  if (!idle || !r.counted) next_.push_back(key);
+}
+
+void RingWatch::look(std::uint64_t rung, bool all, std::vector<const void*>& busy) {
+  next_.clear();
+  if (all || rung != seen_) {
+    seen_ = rung;
+    for (auto& [key, r] : rings_) look_at(key, r, busy);
+  } else {
+    for (const void* key : looks_)
+      if (auto it = rings_.find(key); it != rings_.end()) look_at(key, it->second, busy);
+  }
+  looks_.swap(next_);
 }
 
 }  // namespace remora::detail::direct

@@ -15,6 +15,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "fabric/backend.hpp"
 
@@ -29,7 +31,11 @@ struct RingHeader {
   std::atomic<std::uint64_t> nonce;
   std::atomic<std::uint64_t> slots;      // a power of two
   std::atomic<std::uint64_t> slot_size;  // payload bytes per slot
-  std::atomic<std::uint64_t> pad0[4];
+  // kSenderCounts, stored by the sender when it maps the ring (before its
+  // first message): it bumps the owner zone's table `rung` count whenever
+  // it rings the bell. 0 from a sender of an older version (then reserved).
+  std::atomic<std::uint64_t> sender;
+  std::atomic<std::uint64_t> pad0[3];
   // Written by the sender: messages published (monotonic).
   alignas(64) std::atomic<std::uint64_t> tail;
   // Set to 1 by whoever wrote to the owner's bell, after the write; the
@@ -54,7 +60,8 @@ struct RingSlot {
 };
 static_assert(sizeof(RingSlot) == 16);
 
-constexpr std::uint64_t kRingMagic = 0x524d524e31000001ull;  // "RMRN1" + layout 1
+constexpr std::uint64_t kRingMagic = 0x524d524e31000001ull;     // "RMRN1" + layout 1
+constexpr std::uint64_t kSenderCounts = 0x524d524e43000001ull;  // RingHeader::sender
 /// Rings are offered for messages of at most this many bytes, and at most
 /// kRingBytes of slots per connection (fewer slots for larger messages).
 constexpr std::size_t kRingMaxSlot = 1u << 20;
@@ -126,6 +133,10 @@ class Inbox {
   /// bell after each new handled count it publishes for this side's sends,
   /// so this also says no acknowledgement is waiting.
   bool idle() const noexcept;
+  /// The sender bumps the zone's `rung` count when it rings the bell
+  /// (RingHeader::sender): a consumer that saw this inbox idle need not look
+  /// at it again until that count moves.
+  bool sender_counts() const noexcept;
 
  private:
   Inbox() = default;
@@ -146,8 +157,10 @@ class Outbox {
   /// peer's process, taken through `peer`'s pidfd), checked against the
   /// offered nonce and geometry. Null, with `why` set, when it cannot be
   /// (also when the rings hold their share of descriptors already).
-  static std::unique_ptr<Outbox> open(const Peer& peer, int fd, int bell, std::uint64_t nonce, std::size_t slots,
-                                      std::size_t slot_size, std::string& why);
+  /// The Outbox keeps `peer` (the owner zone's table, whose `rung` count
+  /// ring() bumps).
+  static std::unique_ptr<Outbox> open(const std::shared_ptr<const Peer>& peer, int fd, int bell, std::uint64_t nonce,
+                                      std::size_t slots, std::size_t slot_size, std::string& why);
   ~Outbox();
   Outbox(const Outbox&) = delete;
   Outbox& operator=(const Outbox&) = delete;
@@ -161,17 +174,56 @@ class Outbox {
   bool full() const noexcept;
   /// The owner's count of receive-consuming messages handled.
   std::uint64_t handled() const noexcept;
-  /// Wake the owner (its bell).
+  /// Wake the owner (its bell), and bump its zone's `rung` count.
   void ring() noexcept;
 
  private:
   Outbox() = default;
+  std::shared_ptr<const Peer> peer_;
   int bell_ = -1;            // the owner's eventfd, taken into this process
   std::size_t charged_ = 0;  // descriptors counted in ring_fds_held()
   void* map_ = nullptr;
   RingGeometry geo_;
   std::uint64_t tail_ = 0;  // this side's copy of header()->tail
   RingHeader* header() const noexcept { return static_cast<RingHeader*>(map_); }
+};
+
+/// The inboxes of one zone that one consumer (the zone's agent, a
+/// completion queue of the zone) watches, and which of them it looks at.
+/// A look at an inbox reads a page of its own, so looking at every one on
+/// each turn or poll cost thousands of page reads with thousands of
+/// connections. A sender that counts (Inbox::sender_counts) bumps the
+/// zone's `rung` count after it rings a bell, and it rings whenever it
+/// publishes into an inbox whose owner had taken everything: so an inbox
+/// seen idle stays idle until the count moves. look() therefore looks at
+/// every inbox only when the count moved since its last look (or when
+/// asked to), and otherwise only at those it found busy last time and
+/// those whose sender does not count. Not thread-safe: its owner's lock
+/// guards it.
+class RingWatch {
+ public:
+  /// Watch `box` under `key` (the endpoint): looked at on the next look.
+  void add(const void* key, std::shared_ptr<const Inbox> box);
+  void remove(const void* key);
+  bool empty() const noexcept { return rings_.empty(); }
+  std::size_t size() const noexcept { return rings_.size(); }
+  /// Append to `busy` the key of each inbox looked at and found not idle.
+  /// `rung`: the zone's count, read before this call. `all`: look at every
+  /// inbox whatever the count (the agent's sweeps).
+  void look(std::uint64_t rung, bool all, std::vector<const void*>& busy);
+  /// Inboxes the last look left to look at again (busy, or a sender that
+  /// does not count), for tests.
+  std::size_t looks() const noexcept { return looks_.size(); }
+
+ private:
+  struct Ring {
+    std::shared_ptr<const Inbox> box;
+    bool counted = false;  // its sender counts: seen so, sticky
+  };
+  void look_at(const void* key, Ring& r, std::vector<const void*>& busy);
+  std::unordered_map<const void*, Ring> rings_;
+  std::vector<const void*> looks_, next_;
+  std::uint64_t seen_ = 0;  // the count at the last look at every inbox
 };
 
 }  // namespace remora::detail::direct

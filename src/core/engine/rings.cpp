@@ -43,7 +43,7 @@ void EndpointImpl::accept_ring_offer(const wire::Ctl& offer) {
   rep.status = static_cast<std::uint16_t>(Errc::not_supported);
   if (!outbox && direct_peer) {
     std::string why;
-    outbox = direct::Outbox::open(*direct_peer, static_cast<int>(offer.key & 0x7fffffffu),
+    outbox = direct::Outbox::open(direct_peer, static_cast<int>(offer.key & 0x7fffffffu),
                                   static_cast<int>((offer.key >> 32) & 0x7fffffffu), offer.addr, offer.len, offer.value,
                                   why);
     if (outbox) rep.status = 0;

@@ -159,9 +159,9 @@ void CqImpl::watch_ring(const EndpointImpl& ep, const std::shared_ptr<direct::In
   {
     MutexLock lock(sources_mu);
     if (on)
-      ringed[&ep] = inbox;
+      ringed.add(&ep, inbox);
     else
-      ringed.erase(&ep);
+      ringed.remove(&ep);
   }
   if (on)
     watch(inbox->bell_fd());
@@ -186,6 +186,7 @@ struct DriveLists {
   std::vector<void*> ready;  // owners the read of the queues reported
   std::vector<const EndpointImpl*> others;
   std::vector<std::shared_ptr<EndpointImpl>> eps;
+  std::vector<const void*> busy;  // same-host inboxes found not idle
 };
 DriveLists& drive_lists() {
   thread_local DriveLists l;
@@ -222,9 +223,15 @@ void CqImpl::drive() {
     // so are those with a same-host ring (a peer process fills it).
     for (const EndpointImpl* raw : own_queue)
       if (auto p = sources.find(raw)->second.ep.lock()) l.eps.push_back(std::move(p));
-    for (const auto& [raw, box] : ringed)
-      if (auto it = sources.find(raw); it != sources.end() && !box->idle())
-        if (auto p = it->second.ep.lock()) l.eps.push_back(std::move(p));
+    // Of those, the ones whose inbox is not idle: every inbox only when
+    // the zone's count of rung bells moved (direct::RingWatch).
+    if (!ringed.empty()) {
+      l.busy.clear();
+      ringed.look(zone->rings_rung(), false, l.busy);
+      for (const void* key : l.busy)
+        if (auto it = sources.find(static_cast<const EndpointImpl*>(key)); it != sources.end())
+          if (auto p = it->second.ep.lock()) l.eps.push_back(std::move(p));
+    }
   }
   // Endpoints on shared transport queues are progressed only when the read
   // of their queue left them something or they owe work: with thousands of
@@ -266,8 +273,11 @@ bool CqImpl::arm() {
     for (const auto& [q, users] : shared_queues) l.queues.push_back(q);
     for (const EndpointImpl* raw : own_queue)
       if (auto p = sources.find(raw)->second.ep.lock()) l.eps.push_back(std::move(p));
-    for (const auto& [raw, box] : ringed)
-      if (!box->idle()) ok = false;  // drive again rather than sleep
+    if (!ringed.empty()) {
+      l.busy.clear();
+      ringed.look(zone->rings_rung(), false, l.busy);
+      if (!l.busy.empty()) ok = false;  // drive again rather than sleep
+    }
     // Work owed: drive again rather than sleep. (A listed endpoint is in
     // `sources`, whose entry detach() erases before the endpoint is gone.)
     for (const EndpointImpl* raw : owing)
