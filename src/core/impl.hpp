@@ -545,11 +545,12 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   // queue, placed together at the next post of another kind, the next
   // drive of the endpoint, or when Peer::kMaxBatch / kGatherBytes are reached
   // (docs/design.md, "Writes posted back to back"): their slots, in posting
-  // order, and their bytes. Writes placed in a batch of two or more (tests
-  // look at it).
+  // order, and their bytes. Writes placed in a batch of two or more, and
+  // writes of a batch sent over the transport instead (tests look at them).
   std::vector<std::uint32_t> gathered REMORA_GUARDED_BY(mu);
   std::uint64_t gathered_bytes REMORA_GUARDED_BY(mu) = 0;
   std::atomic<std::uint64_t> direct_batched{0};
+  std::atomic<std::uint64_t> gathered_by_transport{0};
   // Same-host message rings (docs/design.md, "Same-host message rings"):
   // this side's inbox (made and offered once the peer's table was taken;
   // its bell is watched by the agent and the completion queues), the peer's

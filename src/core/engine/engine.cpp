@@ -425,6 +425,7 @@ void EndpointImpl::flush_gathered() {
   }
   // The rest go over the transport, in posting order (nothing else is in
   // flight or deferred while writes are gathered).
+  gathered_by_transport.fetch_add(n - placed, std::memory_order_relaxed);
   for (std::size_t k = placed; k < n; ++k) deferred.push_back(index[k]);
   pump_deferred();
   if (!deferred.empty()) set_owes_work(true);
