@@ -778,6 +778,8 @@ class Agent : public std::enable_shared_from_this<Agent> {
   /// would sleep longer): a bound on how long work an endpoint's user is
   /// expected to do (gathered writes) can wait if that user stops.
   void look_by(const EndpointImpl* ep, std::chrono::steady_clock::time_point when);
+  /// Some look_by is not yet due or not yet taken by a turn (tests).
+  bool looks_due() const noexcept { return next_due_.load(std::memory_order_seq_cst) != 0; }
   /// One pass on the calling thread: connection management, then every
   /// endpoint (ProtectionZone::progress). Returns the work done.
   std::size_t run_once();

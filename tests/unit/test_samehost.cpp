@@ -1184,19 +1184,24 @@ std::unique_ptr<Pair> gathering_pair() {
   return p;
 }
 
-/// Let a look the agent was asked for by an earlier batch (within 2 ms of
-/// its first write, Agent::look_by) come and go, so that it does not place
-/// the next batch half-way through its posts. Rounds of a test that are
-/// slow to post (a sanitizer) otherwise fell into step with those looks and
-/// never made a whole batch.
-void let_agent_look() { std::this_thread::sleep_for(5ms); }
+/// Let a look the initiator's agent was asked for by an earlier batch
+/// (within 2 ms of its first write, Agent::look_by) come and go, so that it
+/// does not place the next batch half-way through its posts. Rounds of a
+/// test that are slow to post (a sanitizer, a loaded machine) otherwise fell
+/// into step with those looks and never made a whole batch. (Bounded at
+/// 2 s; then 2 ms for the turn that took the look to end.)
+void let_agent_look(Pair& p) {
+  const auto until = std::chrono::steady_clock::now() + 2s;
+  while (p.iz.impl()->agent->looks_due() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(2ms);
+}
 
 /// Post `n` 4 KiB writes of `fill` from local page i to target page i
 /// (cookies from `cookie0`), right after a poll, which claims the queue:
 /// this thread polls it.
 void post_pages(Pair& p, int n, std::uint8_t fill, std::uint64_t cookie0) {
   std::memset(p.local_mem.data(), fill, p.local_mem.size());
-  let_agent_look();
+  let_agent_look(p);
   Completion none[1];
   (void)p.icq.poll(none);
   for (int i = 0; i < n; ++i) {
@@ -1248,7 +1253,7 @@ TEST(SameHostGather, WritesOfABatchArePlacedInPostingOrder) {
   for (int round = 0; round < 20; ++round) {
     for (int i = 0; i < 8; ++i) std::memset(p->local_mem.data() + i * 4096, 0x40 + i + round, 4096);
     const auto last = static_cast<std::uint8_t>(0x47 + round);
-    let_agent_look();
+    let_agent_look(*p);
     Completion none[1];
     (void)p->icq.poll(none);
     const std::uint64_t before = batched(p->iep);
@@ -1370,11 +1375,13 @@ TEST(SameHostGather, WritesToARegionTheTableLeftOutGoOverTheTransportInPostingOr
   ASSERT_EQ(out_mr.impl()->direct_slot, -1) << "the table took more than kCapacity regions";
   const RemoteRegion out = MUST(out_mr.remote());
 
-  for (int round = 0; round < 20; ++round) {
-    const auto fill_byte = static_cast<std::uint8_t>(0x30 + round);
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  for (int round = 0; round < 100 && std::chrono::steady_clock::now() < until; ++round) {
+    const auto fill_byte = static_cast<std::uint8_t>(0x30 + round % 64);
     std::memset(p->local_mem.data(), fill_byte, p->local_mem.size());
-    const std::uint64_t ops = direct_ops(p->iep), by_transport = p->iep.impl()->gathered_by_transport.load();
-    let_agent_look();
+    const std::uint64_t ops = direct_ops(p->iep), by_transport = p->iep.impl()->gathered_by_transport.load(),
+                        in_batches = batched(p->iep);
+    let_agent_look(*p);
     Completion none[1];
     (void)p->icq.poll(none);
     // Two pages, the left-out region, then two writes to the same page:
@@ -1403,16 +1410,19 @@ TEST(SameHostGather, WritesToARegionTheTableLeftOutGoOverTheTransportInPostingOr
     EXPECT_TRUE(std::all_of(p->target_mem.begin() + 8192, p->target_mem.begin() + 12288, [](std::uint8_t v) {
       return v == 0xC3;
     })) << "a write over the transport was placed before one posted ahead of it";
-    // The case tested: all five in one batch (the poster is not descheduled
-    // for longer than the agent waits). Then the write to the left-out
+    // The case tested: all five in one batch (the poster was not
+    // descheduled for longer than its poll's claim), every one of them
+    // either placed in it or sent on by it. Then the write to the left-out
     // region and the two after it went over the transport, and only the
     // first two were placed directly.
-    if (p->iep.impl()->gathered_by_transport.load() - by_transport == 3) {
+    const std::uint64_t sent_on = p->iep.impl()->gathered_by_transport.load() - by_transport;
+    if (batched(p->iep) - in_batches + sent_on == 5) {
+      EXPECT_EQ(sent_on, 3u) << "writes after the left-out region were placed directly";
       EXPECT_EQ(direct_ops(p->iep) - ops, 2u);
       return;
     }
   }
-  ADD_FAILURE() << "in 20 rounds, the five writes never went in one batch";
+  ADD_FAILURE() << "in 100 rounds, the five writes never went in one batch";
 }
 
 TEST(SameHostGather, TheEnvironmentTurnsItOff) {
