@@ -480,16 +480,36 @@ TEST_F(RingsDriven, AnOfferOfNoRingIsRefusedBeforeAnythingIsMapped) {
   }
 }
 
+/// An inbox of four 64-byte slots, with its ring also mapped here as a
+/// sender would map it: the test writes the header and the first slot.
+struct MappedInbox {
+  static constexpr std::size_t kBytes = sizeof(detail::direct::RingHeader) + 4 * 128;
+  std::shared_ptr<detail::direct::Inbox> in;
+  void* map = MAP_FAILED;
+  detail::direct::RingHeader* h = nullptr;
+  detail::direct::RingSlot* slot0 = nullptr;
+  /// Call inside ASSERT_NO_FATAL_FAILURE.
+  void make() {
+    std::string why;
+    in = detail::direct::Inbox::create(4, 64, why);
+    ASSERT_TRUE(in) << why;
+    map = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, in->fd(), 0);
+    ASSERT_NE(map, MAP_FAILED);
+    h = static_cast<detail::direct::RingHeader*>(map);
+    slot0 = reinterpret_cast<detail::direct::RingSlot*>(static_cast<char*>(map) + sizeof *h);
+  }
+  ~MappedInbox() {
+    if (map != MAP_FAILED) ::munmap(map, kBytes);
+  }
+};
+
 // The inbox refuses counts and lengths no Remora sender writes.
 TEST(RingInbox, CountsAndLengthsOutOfRangeAreRefused) {
-  std::string why;
-  auto in = detail::direct::Inbox::create(4, 64, why);
-  ASSERT_TRUE(in) << why;
-  const std::size_t bytes = sizeof(detail::direct::RingHeader) + 4 * 128;
-  void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, in->fd(), 0);
-  ASSERT_NE(m, MAP_FAILED);
-  auto* h = static_cast<detail::direct::RingHeader*>(m);
-  auto* slot0 = reinterpret_cast<detail::direct::RingSlot*>(static_cast<char*>(m) + sizeof *h);
+  MappedInbox mi;
+  ASSERT_NO_FATAL_FAILURE(mi.make());
+  auto& in = mi.in;
+  auto* h = mi.h;
+  auto* slot0 = mi.slot0;
   using Next = detail::direct::Inbox::Next;
   std::span<const std::uint8_t> msg;
   std::uint64_t data = 0;
@@ -507,7 +527,6 @@ TEST(RingInbox, CountsAndLengthsOutOfRangeAreRefused) {
   EXPECT_EQ(in->next(msg, data), Next::none);
   h->tail.store(1 + 5);  // more than the ring's four slots published
   EXPECT_EQ(in->next(msg, data), Next::broken);
-  ::munmap(m, bytes);
 }
 
 // A consumer (the agent, a completion queue) looks at every inbox only when
@@ -515,14 +534,11 @@ TEST(RingInbox, CountsAndLengthsOutOfRangeAreRefused) {
 // those whose sender does not count. Each step below would report the
 // inbox were every inbox looked at on every call.
 TEST(RingWatch, AnIdleInboxWhoseSenderCountsIsLookedAtAgainOnlyWhenTheCountMoves) {
-  std::string why;
-  std::shared_ptr<detail::direct::Inbox> in = detail::direct::Inbox::create(4, 64, why);
-  ASSERT_TRUE(in) << why;
-  const std::size_t bytes = sizeof(detail::direct::RingHeader) + 4 * 128;
-  void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, in->fd(), 0);
-  ASSERT_NE(m, MAP_FAILED);
-  auto* h = static_cast<detail::direct::RingHeader*>(m);
-  auto* slot0 = reinterpret_cast<detail::direct::RingSlot*>(static_cast<char*>(m) + sizeof *h);
+  MappedInbox mi;
+  ASSERT_NO_FATAL_FAILURE(mi.make());
+  auto& in = mi.in;
+  auto* h = mi.h;
+  auto* slot0 = mi.slot0;
   detail::direct::RingWatch w;
   const int key_storage = 0;
   const void* key = &key_storage;
@@ -569,7 +585,6 @@ TEST(RingWatch, AnIdleInboxWhoseSenderCountsIsLookedAtAgainOnlyWhenTheCountMoves
   w.remove(key);
   EXPECT_FALSE(look(2));
   EXPECT_TRUE(w.empty());
-  ::munmap(m, bytes);
 }
 
 // The sender says it counts before its first message, and bumps the count

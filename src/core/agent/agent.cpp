@@ -499,7 +499,7 @@ void Agent::run() {
       // Every inbox only at a sweep or when the zone's count moved
       // (RingWatch): a look at one reads a page of its own.
       ring_busy.clear();
-      if (!ring_watch_.empty()) ring_watch_.look(zone_->direct ? zone_->direct->rung() : 0, sweep, ring_busy);
+      if (!ring_watch_.empty()) ring_watch_.look(zone_->rings_rung(), sweep, ring_busy);
       rung_eps.clear();
       for (const void* key : ring_busy) rung_eps.push_back(static_cast<const EndpointImpl*>(key));
       std::sort(rung_eps.begin(), rung_eps.end());
