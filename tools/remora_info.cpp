@@ -328,7 +328,8 @@ int check(const std::string& provider) {
   const Switch samehost = read_switch("REMORA_SAMEHOST");
   const Switch gather = read_switch("REMORA_GATHER_WRITES");
   const Switch helper = read_switch("REMORA_COPY_HELPER");
-  for (const Switch* s : {&samehost, &gather, &helper})
+  const Switch huge = read_switch("REMORA_HUGEPAGES");
+  for (const Switch* s : {&samehost, &gather, &helper, &huge})
     if (!s->known)
       out.push_back({'w', std::string(s->name) + "=" + s->value + " is not a value Remora knows: ignored (on)",
                      std::string("set it to 0 to turn it off, or unset it")});
@@ -374,6 +375,30 @@ int check(const std::string& provider) {
                                     "it off)"
                                   : "moved by the posting thread alone (REMORA_COPY_HELPER=" + helper.value + ")"),
                    ""});
+    // Regions of ordinary memory moved into huge pages after registration
+    // (docs/design.md, "Huge pages for regions reached by cross-memory
+    // attach"): the kernel's setting decides whether it can.
+    const std::string thp_line = read_first_line("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string thp;  // the bracketed choice: always, madvise or never
+    if (const auto open = thp_line.find('['), close = thp_line.find(']'); open != std::string::npos && close > open)
+      thp = thp_line.substr(open + 1, close - open - 1);
+    const std::string what = "same-host regions of ordinary memory: ";
+    if (!huge.on)
+      out.push_back({'o', what + "left in the pages they have (REMORA_HUGEPAGES=" + huge.value + ")", ""});
+    else if (thp.empty())
+      out.push_back({'o', what + "left in 4 KiB pages: this kernel has no transparent huge pages", ""});
+    else if (thp == "never")
+      out.push_back({'w',
+                     what + "left in 4 KiB pages: transparent huge pages are off (never), and cross-memory attach "
+                            "into them is about half as fast",
+                     "echo madvise > /sys/kernel/mm/transparent_hugepage/enabled (as root)"});
+    else
+      out.push_back({'o',
+                     what +
+                         "moved into huge pages after registration by a thread of the process (transparent huge "
+                         "pages: " +
+                         thp + "; REMORA_HUGEPAGES=0 turns it off)",
+                     ""});
   }
   std::size_t errors = 0, warnings = 0;
   for (const auto& f : out) {

@@ -24,6 +24,7 @@
 
 #include "check/check.hpp"
 #include "core/direct/direct.hpp"
+#include "core/direct/huge_pages.hpp"
 #include "core/direct/ring.hpp"
 #include "core/protocol/wire.hpp"
 #include "core/sync.hpp"
@@ -151,6 +152,11 @@ struct ZoneImpl : std::enable_shared_from_this<ZoneImpl> {
   // (EndpointImpl::gatherable), unless REMORA_GATHER_WRITES=0 when the zone
   // was made. Set at creation, then constant.
   bool direct_gather = true;
+  // Registration moves the pages of a region same-host peers reach by
+  // cross-memory attach into huge pages (direct::HugePageJob), unless
+  // REMORA_HUGEPAGES=0 when the zone was made. Set at creation, then
+  // constant.
+  bool direct_huge = true;
   // Files that registered ranges of this zone are shared mappings of
   // (find_shared_file): one descriptor per file and open mode, however many
   // regions lie in it (a program registering thousands of ranges of one
@@ -194,6 +200,9 @@ struct RegionImpl : std::enable_shared_from_this<RegionImpl> {
   std::uint64_t key = 0;
   bool registered = false;  // listed in zone->regions
   int direct_slot = -1;     // its entry in zone->direct, or -1
+  // Its move into huge pages (direct::HugePageJob), stopped by close();
+  // null when there is none. Set at registration, then constant.
+  std::shared_ptr<direct::HugePageJob> huge;
   // Set for ProtectionZone::map_file regions.
   struct pmem2_map* map = nullptr;
   void (*persist_fn)(const void*, std::size_t) = nullptr;

@@ -12,12 +12,15 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "core/direct/copier.hpp"
@@ -1166,6 +1169,222 @@ TEST(SameHostCopier, AnUnknownValueIsReportedAndLeavesItOn) {
   EXPECT_NE(err.find("REMORA_COPY_HELPER=\"sometimes\""), std::string::npos) << err;
   ASSERT_TRUE(ready) << why_not(p->iep);
   EXPECT_EQ(write_and_read_large(*p, 256 * 1024), 2u);
+}
+
+// ---- huge pages for regions reached by cross-memory attach ----
+
+/// Bytes of the mapping of this process that holds `addr` in anonymous huge
+/// pages (its AnonHugePages in /proc/self/smaps).
+std::size_t anon_huge_bytes(const void* addr) {
+  const auto a = reinterpret_cast<std::uintptr_t>(addr);
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    const auto dash = line.find('-');
+    const auto space = line.find(' ');
+    if (dash != std::string::npos && space != std::string::npos && dash < space &&
+        line.find_first_not_of("0123456789abcdef") == dash) {
+      const std::uintptr_t lo = std::stoull(line.substr(0, dash), nullptr, 16);
+      const std::uintptr_t hi = std::stoull(line.substr(dash + 1, space - dash - 1), nullptr, 16);
+      inside = lo <= a && a < hi;
+    } else if (inside && line.rfind("AnonHugePages:", 0) == 0) {
+      return static_cast<std::size_t>(std::stoull(line.substr(14))) * 1024;
+    }
+  }
+  return 0;
+}
+
+/// An anonymous private mapping with `pages` whole huge pages from `at` (a
+/// huge-page boundary), each byte from `untouched` on written (so in 4 KiB
+/// pages where the kernel's default is not "always"), unmapped at the end.
+struct HugeArea {
+  HugeArea(std::size_t huge, std::size_t pages, bool no_huge_pages = false, std::size_t untouched = 0)
+      : len((pages + 1) * huge), size(pages * huge), untouched(untouched) {
+    raw = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) throw std::runtime_error("mmap of " + std::to_string(len) + " bytes failed");
+    at = reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(raw) + huge - 1) & ~(huge - 1));
+    if (no_huge_pages) ::madvise(at, size, MADV_NOHUGEPAGE);
+    for (std::size_t i = untouched; i < size; ++i) at[i] = byte_at(i);
+  }
+  ~HugeArea() { ::munmap(raw, len); }
+  HugeArea(const HugeArea&) = delete;
+  HugeArea& operator=(const HugeArea&) = delete;
+  static std::uint8_t byte_at(std::size_t i) { return static_cast<std::uint8_t>(i * 7 + i / 4096); }
+  /// Every byte of the whole huge pages as written, except those in
+  /// [skip, skip_end) from `at`.
+  bool intact(std::size_t skip = 0, std::size_t skip_end = 0) const {
+    for (std::size_t i = 0; i < size; ++i)
+      if ((i < skip || i >= skip_end) && at[i] != (i < untouched ? 0 : byte_at(i))) return false;
+    return true;
+  }
+  void* raw = nullptr;
+  std::size_t len = 0, size = 0, untouched = 0;
+  std::uint8_t* at = nullptr;
+};
+
+/// Empty when this kernel moves anonymous 4 KiB pages into a huge page on
+/// request (madvise MADV_COLLAPSE, Linux 6.1 on, refused where transparent
+/// huge pages are "never"), asked directly on a scratch area; else why not.
+std::string huge_pages_unavailable() {
+  const std::size_t huge = detail::direct::huge_page_size();
+  if (huge == 0) return "this kernel has no transparent huge pages";
+  HugeArea scratch(huge, 1);
+  if (anon_huge_bytes(scratch.at) != 0) return "fresh memory is in huge pages already (transparent huge pages: always)";
+  if (::madvise(scratch.at, huge, 25 /* MADV_COLLAPSE */) != 0)
+    return std::string("the kernel refuses MADV_COLLAPSE: ") + std::strerror(errno);
+  if (anon_huge_bytes(scratch.at) != huge) return "MADV_COLLAPSE made no huge page";
+  return {};
+}
+
+/// A pair with 64 KiB of local memory, the path on, and REMORA_HUGEPAGES
+/// set to `hugepages` (or unset: null) while its zones are made.
+std::unique_ptr<Pair> huge_pages_pair(const char* hugepages) {
+  ::setenv("REMORA_SAMEHOST", "1", 1);
+  if (hugepages != nullptr)
+    ::setenv("REMORA_HUGEPAGES", hugepages, 1);
+  else
+    ::unsetenv("REMORA_HUGEPAGES");
+  PairOptions o;
+  o.local_size = 64 * 1024;
+  auto p = std::make_unique<Pair>(o);
+  ::unsetenv("REMORA_SAMEHOST");
+  ::unsetenv("REMORA_HUGEPAGES");
+  return p;
+}
+
+TEST(SameHostHugePages, RegistrationMovesTheWholeHugePagesOfARegionIntoHugePages) {
+  if (const std::string why = huge_pages_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const std::size_t huge = detail::direct::huge_page_size();
+  auto p = huge_pages_pair(nullptr);
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  // Three huge pages; the region starts half-way into the first and ends
+  // half-way into the third: only the second is whole inside it.
+  HugeArea area(huge, 3);
+  ASSERT_EQ(anon_huge_bytes(area.at), 0u);
+  auto mr = MUST(p->tz.register_memory(area.at + huge / 2, 2 * huge, Access::all));
+  const auto& job = mr.impl()->huge;
+  ASSERT_NE(job, nullptr);
+  EXPECT_EQ(job->covered(), huge);
+  ASSERT_TRUE(job->wait(10s)) << "the huge-page thread did not get to it";
+  EXPECT_EQ(job->error(), 0) << std::strerror(job->error());
+  EXPECT_EQ(job->moved(), huge);
+  EXPECT_EQ(anon_huge_bytes(area.at), huge) << "not exactly the one whole huge page";
+  EXPECT_TRUE(area.intact()) << "the contents changed";
+  // A same-host write across the boundary of the huge page lands, and only
+  // there.
+  std::memset(p->local_mem.data(), 0x5A, 64 * 1024);
+  const std::size_t at = huge - 32 * 1024;  // from the area's start
+  const std::uint64_t ops = direct_ops(p->iep);
+  Segment s(p->lmr, 0, 64 * 1024);
+  ASSERT_OK(p->iep.write({&s, 1}, MUST(mr.remote()), at - huge / 2, 1));
+  auto c = collect(p->icq, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_FALSE(c[0].status) << describe(c[0]);
+  EXPECT_EQ(direct_ops(p->iep), ops + 1) << "not placed by the direct path";
+  EXPECT_TRUE(std::all_of(area.at + at, area.at + at + 64 * 1024, [](std::uint8_t b) { return b == 0x5A; }));
+  EXPECT_TRUE(area.intact(at, at + 64 * 1024));
+}
+
+TEST(SameHostHugePages, TheEnvironmentTurnsThemOff) {
+  if (const std::string why = huge_pages_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const std::size_t huge = detail::direct::huge_page_size();
+  auto p = huge_pages_pair("0");
+  HugeArea area(huge, 2);
+  auto mr = MUST(p->tz.register_memory(area.at, 2 * huge, Access::all));
+  EXPECT_EQ(mr.impl()->huge, nullptr);
+  EXPECT_EQ(anon_huge_bytes(area.at), 0u);
+}
+
+TEST(SameHostHugePages, OnlyRegionsSameHostPeersReachByCrossMemoryAttach) {
+  if (const std::string why = huge_pages_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const std::size_t huge = detail::direct::huge_page_size();
+  auto p = huge_pages_pair(nullptr);
+  {
+    // Local access only: no peer reaches it.
+    HugeArea area(huge, 1);
+    auto mr = MUST(p->tz.register_memory(area.at, huge, Access::local_read | Access::local_write));
+    EXPECT_EQ(mr.impl()->huge, nullptr);
+    EXPECT_EQ(anon_huge_bytes(area.at), 0u);
+  }
+  {
+    // No whole huge page inside: the pages around it are not the region's.
+    HugeArea area(huge, 2);
+    auto mr = MUST(p->tz.register_memory(area.at + 4096, 2 * huge - 8192, Access::all));
+    EXPECT_EQ(mr.impl()->huge, nullptr);
+    EXPECT_EQ(anon_huge_bytes(area.at), 0u);
+    EXPECT_TRUE(area.intact());
+  }
+  {
+    // Memory shared with peers through a descriptor: mapped, not attached.
+    auto mr = MUST(p->tz.allocate(huge, Access::all));
+    EXPECT_EQ(mr.impl()->huge, nullptr);
+  }
+  {
+    // A zone with the path off.
+    ::setenv("REMORA_SAMEHOST", "0", 1);
+    auto zone = MUST(p->fabric.create_zone());
+    ::unsetenv("REMORA_SAMEHOST");
+    HugeArea area(huge, 1);
+    auto mr = MUST(zone.register_memory(area.at, huge, Access::all));
+    EXPECT_EQ(mr.impl()->huge, nullptr);
+    EXPECT_EQ(anon_huge_bytes(area.at), 0u);
+  }
+}
+
+TEST(SameHostHugePages, TheProgramsOwnNoHugePageAdviceHolds) {
+  if (const std::string why = huge_pages_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const std::size_t huge = detail::direct::huge_page_size();
+  auto p = huge_pages_pair(nullptr);
+  HugeArea area(huge, 2, /*no_huge_pages=*/true);
+  auto mr = MUST(p->tz.register_memory(area.at, 2 * huge, Access::all));
+  const auto& job = mr.impl()->huge;
+  ASSERT_NE(job, nullptr);
+  ASSERT_TRUE(job->wait(10s));
+  // Both huge pages refused.
+  EXPECT_EQ(job->error(), EINVAL) << std::strerror(job->error());
+  EXPECT_EQ(job->moved(), 0u);
+  EXPECT_EQ(anon_huge_bytes(area.at), 0u);
+  EXPECT_TRUE(area.intact());
+}
+
+TEST(SameHostHugePages, AHugePageTheKernelRefusesDoesNotStopTheRest) {
+  if (const std::string why = huge_pages_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const std::size_t huge = detail::direct::huge_page_size();
+  auto p = huge_pages_pair(nullptr);
+  // The first huge page's memory never touched: the kernel here refuses it
+  // (it has nothing to move), and the second is still moved.
+  HugeArea area(huge, 2, /*no_huge_pages=*/false, /*untouched=*/huge);
+  auto mr = MUST(p->tz.register_memory(area.at, 2 * huge, Access::all));
+  const auto& job = mr.impl()->huge;
+  ASSERT_NE(job, nullptr);
+  ASSERT_TRUE(job->wait(10s));
+  if (job->error() == 0)
+    EXPECT_EQ(job->moved(), 2 * huge) << "no refusal, yet not all moved";
+  else
+    EXPECT_EQ(job->moved(), huge) << std::strerror(job->error());
+  EXPECT_EQ(anon_huge_bytes(area.at), job->moved());
+  EXPECT_TRUE(area.intact());
+}
+
+TEST(SameHostHugePages, DeregistrationStopsTheMove) {
+  if (const std::string why = huge_pages_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const std::size_t huge = detail::direct::huge_page_size();
+  auto p = huge_pages_pair(nullptr);
+  // 32 huge pages, each a millisecond or more to move: the region is closed
+  // long before the thread is through them.
+  HugeArea area(huge, 32);
+  auto mr = MUST(p->tz.register_memory(area.at, 32 * huge, Access::all));
+  const std::shared_ptr<detail::direct::HugePageJob> job = mr.impl()->huge;
+  ASSERT_NE(job, nullptr);
+  mr.close();
+  ASSERT_TRUE(job->wait(10s)) << "the job went on after close()";
+  // At most the huge page being made when close() came was finished.
+  const std::size_t moved = job->moved();
+  EXPECT_LT(moved, 32 * huge);
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(anon_huge_bytes(area.at), moved) << "huge pages made after the job ended";
+  EXPECT_TRUE(area.intact());
 }
 
 // ---- writes posted back to back, placed by one call ----

@@ -21,6 +21,7 @@ void RegionImpl::close() noexcept {
   // region already under way waited for (bounded: docs/design.md,
   // "Same-host direct path").
   const bool no_peer_inside = direct_slot < 0 || zone->direct->remove(direct_slot);
+  if (huge) huge->cancel();  // no huge page of it asked for after this returns
   // A shareable region may be mapped by peers: they drop the mapping before
   // this returns (bounded: ZoneImpl::revoke_at_peers).
   if (direct_slot >= 0 && fd >= 0) zone->revoke_at_peers();
