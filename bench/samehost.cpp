@@ -79,7 +79,8 @@ struct Config {
   unsigned reps = 5;
   double duration_s = 0.3;
   bool json = false;
-  std::string only;  // empty: every engine
+  std::string only;      // empty: every engine
+  std::size_t span = 0;  // --target-span: 0, or the targets' length, which the copies walk
   bool help = false;
 };
 
@@ -113,10 +114,25 @@ constexpr remora::tools::Option<Config> kOptions[] = {
        }
        c.only = "," + std::string(v) + ",";
      }},
+    {"--target-span", "BYTES",
+     "every target (memcpy's destination, the child's buffer) is this long when\n"
+     "a size is shorter, and the copies of that size walk it, each at the offset\n"
+     "after the last one's (default: targets as long as the largest size, every\n"
+     "copy at offset 0)",
+     [](Config& c, std::string_view v) { c.span = remora::tools::parse_size("--target-span", v, kMaxSize); }},
     {"--json", "", "one JSON object per row (and per skipped engine) instead of the table",
      [](Config& c, std::string_view) { c.json = true; }},
     {"--help", "", "this text", [](Config& c, std::string_view) { c.help = true; }},
 };
+
+// The length of the targets of a run whose largest size is `largest`.
+std::size_t target_length(const Config& c, std::size_t largest) { return std::max(largest, c.span); }
+
+// Where the `i`-th copy of `size` bytes lands in the target: walking a
+// --target-span longer than `size`, else at 0.
+std::size_t walk_at(const Config& c, std::uint64_t i, std::size_t size) {
+  return c.span > size ? static_cast<std::size_t>(i % (c.span / size)) * size : 0;
+}
 
 bool wanted(const Config& c, std::string_view engine) {
   return c.only.empty() || c.only.find("," + std::string(engine) + ",") != std::string::npos;
@@ -159,9 +175,9 @@ class Output {
     if (config_.json) return;
     char host[256] = "?";
     gethostname(host, sizeof host - 1);
-    std::printf("# %s  host %s  cpus %ld  libfabric %u.%u  reps %u  %.3g s per repetition\n", kProgram.data(), host,
-                sysconf(_SC_NPROCESSORS_ONLN), FI_MAJOR(fi_version()), FI_MINOR(fi_version()), config_.reps,
-                config_.duration_s);
+    std::printf("# %s  host %s  cpus %ld  libfabric %u.%u  reps %u  %.3g s per repetition  target span %zu\n",
+                kProgram.data(), host, sysconf(_SC_NPROCESSORS_ONLN), FI_MAJOR(fi_version()), FI_MINOR(fi_version()),
+                config_.reps, config_.duration_s, config_.span);
     std::printf("%-14s %-9s %8s %3s %-10s %9s %9s %9s %10s\n", "engine", "op", "size", "qd", "completion", "GB/s",
                 "p50 us", "p99 us", "CPU us/op");
     std::fflush(stdout);
@@ -180,6 +196,7 @@ class Output {
       line += ",\"lat_p50_us_min\":" + (lat ? number(*std::min_element(r.p50_us.begin(), r.p50_us.end())) : "null");
       line += ",\"lat_p50_us_max\":" + (lat ? number(*std::max_element(r.p50_us.begin(), r.p50_us.end())) : "null");
       line += ",\"lat_p99_us\":" + (lat ? number(median(r.p99_us)) : "null");
+      line += ",\"span\":" + std::to_string(config_.span > r.size ? config_.span : 0);
       line += ",\"cpu_us_per_op\":" + number(cpu) + ",\"ops\":" + std::to_string(r.ops) +
               ",\"reps\":" + std::to_string(r.gbps.size()) + "}";
       std::printf("%s\n", line.c_str());
@@ -464,13 +481,14 @@ class Child {
 
 void run_memcpy(const Config& cfg, Output& out) {
   for (const std::size_t size : cfg.sizes) {
-    Buffer src(size, fill_byte(size)), dst(size, 0);
+    Buffer src(size, fill_byte(size)), dst(target_length(cfg, size), 0);
     Row r{"memcpy", "copy", size, 1, "", {}, {}, {}, {}, 0};
     // About 1 MiB of copies between two looks at the clock.
     const std::uint64_t chunk = std::max<std::uint64_t>(1, (std::size_t{1} << 20) / size);
+    std::uint64_t next = 0;
     auto copy = [&](std::uint64_t n) {
       for (std::uint64_t i = 0; i < n; ++i) {
-        std::memcpy(dst.data(), src.data(), size);
+        std::memcpy(dst.data() + walk_at(cfg, next++, size), src.data(), size);
         // The copy must happen every time: the compiler may not assume
         // the destination unread.
         asm volatile("" : : "r"(dst.data()) : "memory");
@@ -487,8 +505,9 @@ void run_memcpy(const Config& cfg, Output& out) {
 
 void run_cma(const Config& cfg, Output& out) {
   const std::size_t max_size = std::max(*std::max_element(cfg.sizes.begin(), cfg.sizes.end()), kLatencySize);
-  Child child([max_size](int fd) {
-    Buffer target(max_size, 0);
+  const std::size_t target_len = target_length(cfg, max_size);
+  Child child([target_len](int fd) {
+    Buffer target(target_len, 0);
     send_msg(fd, "ok " + std::to_string(reinterpret_cast<std::uintptr_t>(target.data())));
     child_serve(fd, target.data(), nullptr);
     return 0;
@@ -500,9 +519,9 @@ void run_cma(const Config& cfg, Output& out) {
     throw Error("cma: the child did not send its buffer's address");
 
   Buffer src(max_size, 0);
-  auto write_once = [&](std::size_t size) {
+  auto write_once = [&](std::size_t size, std::size_t at = 0) {
     iovec local{src.data(), size};
-    iovec far{reinterpret_cast<void*>(remote), size};
+    iovec far{reinterpret_cast<void*>(remote + at), size};
     const ssize_t n = process_vm_writev(pid, &local, 1, &far, 1, 0);
     if (n == static_cast<ssize_t>(size)) return 0;
     return n < 0 ? errno : EIO;
@@ -513,10 +532,13 @@ void run_cma(const Config& cfg, Output& out) {
                            (e == EPERM ? " (ptrace scope: see /proc/sys/kernel/yama/ptrace_scope)" : ""));
     return;
   }
+  std::uint64_t next = 0;
   auto writes = [&](std::size_t size) {
+    next = 0;
     return [&, size](std::uint64_t n) {
       for (std::uint64_t i = 0; i < n; ++i)
-        if (const int e = write_once(size); e != 0) throw Error(std::string("process_vm_writev: ") + std::strerror(e));
+        if (const int e = write_once(size, walk_at(cfg, next++, size)); e != 0)
+          throw Error(std::string("process_vm_writev: ") + std::strerror(e));
     };
   };
   for (const std::size_t size : cfg.sizes) {
@@ -692,13 +714,14 @@ class ShmWriter {
   ShmWriter(ShmEndpoint& ep, fi_addr_t peer, std::uint64_t base, std::uint64_t key, std::byte* src)
       : ep_(ep), peer_(peer), base_(base), key_(key), src_(src) {}
 
-  // Posts one write; false when the provider says to retry later.
-  bool post(std::size_t size, bool delivery, fi_context* ctx) {
+  // Posts one write to offset `at` of the target; false when the provider
+  // says to retry later.
+  bool post(std::size_t size, bool delivery, fi_context* ctx, std::size_t at = 0) {
     ssize_t rc;
     if (delivery) {
       iovec iov{src_, size};
       void* desc = ep_.desc();
-      fi_rma_iov rma{base_, size, key_};
+      fi_rma_iov rma{base_ + at, size, key_};
       fi_msg_rma msg{};
       msg.msg_iov = &iov;
       msg.desc = &desc;
@@ -709,7 +732,7 @@ class ShmWriter {
       msg.context = ctx;
       rc = fi_writemsg(ep_.ep(), &msg, FI_DELIVERY_COMPLETE | FI_COMPLETION);
     } else {
-      rc = fi_write(ep_.ep(), src_, size, ep_.desc(), peer_, base_, key_, ctx);
+      rc = fi_write(ep_.ep(), src_, size, ep_.desc(), peer_, base_ + at, key_, ctx);
     }
     if (rc == -FI_EAGAIN) return false;
     check_fi(rc, delivery ? "fi_writemsg(FI_DELIVERY_COMPLETE)" : "fi_write");
@@ -743,12 +766,15 @@ class ShmWriter {
     }
   }
 
-  // `n` writes of `size` bytes keeping `qd` posted.
-  void stream(std::uint64_t n, std::size_t size, bool delivery, unsigned qd) {
+  // `n` writes of `size` bytes keeping `qd` posted, walking the target
+  // (walk_at) when `cfg` gives it a span.
+  void stream(const Config& cfg, std::uint64_t n, std::size_t size, bool delivery, unsigned qd) {
     std::uint64_t posted = 0, done = 0;
     auto deadline = Clock::now() + kWaitLimit;
     while (done < n) {
-      while (posted < n && posted - done < qd && post(size, delivery, &ctx_[posted % kQueueDepth])) ++posted;
+      while (posted < n && posted - done < qd &&
+             post(size, delivery, &ctx_[posted % kQueueDepth], walk_at(cfg, posted, size)))
+        ++posted;
       const std::size_t got = ep_.poll();
       if (got > 0) {
         done += got;
@@ -771,15 +797,16 @@ void run_shm(const Config& cfg, Output& out) {
   const std::size_t max_size = std::max(*std::max_element(cfg.sizes.begin(), cfg.sizes.end()), kLatencySize);
   // The child opens libfabric after the fork; so does the parent (no
   // libfabric state is shared across fork).
-  Child child([max_size](int fd) {
-    Buffer target(max_size, 0);
+  const std::size_t target_len = target_length(cfg, max_size);
+  Child child([target_len](int fd) {
+    Buffer target(target_len, 0);
     std::string why;
     auto ep = ShmEndpoint::open(&why);
     if (!ep) {
       send_msg(fd, "absent " + why);
       return 0;
     }
-    ep->register_buffer(target.data(), max_size, FI_REMOTE_WRITE);
+    ep->register_buffer(target.data(), target_len, FI_REMOTE_WRITE);
     send_msg(fd,
              "ok " + std::to_string(ep->remote_base()) + " " + std::to_string(ep->key()) + " " + to_hex(ep->name()));
     const auto peer = recv_msg(fd, kWaitLimit);
@@ -824,7 +851,7 @@ void run_shm(const Config& cfg, Output& out) {
       std::memset(src.data(), fill_byte(size), size);
       Row r{"libfabric-shm", "write", size, kQueueDepth, delivery ? "delivery" : "default", {}, {}, {}, {}, 0};
       const std::uint64_t chunk = std::max<std::uint64_t>(kQueueDepth, (std::size_t{1} << 20) / size);
-      auto run = [&](std::uint64_t n) { writer.stream(n, size, delivery, kQueueDepth); };
+      auto run = [&](std::uint64_t n) { writer.stream(cfg, n, size, delivery, kQueueDepth); };
       timed(cfg.duration_s / 4, chunk, run);
       for (unsigned rep = 0; rep < cfg.reps; ++rep) add_batch(r, timed(cfg.duration_s, chunk, run));
       // A default completion says nothing of the target: check after one
@@ -861,7 +888,8 @@ void run_shm(const Config& cfg, Output& out) {
 
 std::string usage() {
   return std::string("usage: ") + kProgram.data() +
-         " [--size BYTES[,BYTES...]] [--reps N] [-D SECONDS] [--only ENGINE[,...]] [--json]\n\n"
+         " [--size BYTES[,BYTES...]] [--reps N] [-D SECONDS] [--only ENGINE[,...]] [--target-span BYTES]\n"
+         " [--json]\n\n"
          "Same-host baselines, one run: single-thread memcpy, process_vm_writev into a child process\n"
          "(cma) and libfabric's shm provider between two processes. Latency rows copy 8 bytes.\n"
          "The watchdog limit (seconds one measurement may take) is REMORA_BENCH_WATCHDOG_S, else\n"

@@ -17,18 +17,27 @@
 #      read bandwidth (64 KiB), 8-byte write + VISIBILITY flush latency
 #      (target asleep, and target and client busy-polling), send bandwidth
 #      (4 KiB, 64 KiB; qd 16) and 64-byte send latency (qd 1, server
-#      asleep); sends have no remora-mapped variant.
+#      asleep); sends have no remora-mapped variant;
+#   4. the same-host writes again into a target as long as --span, which the
+#      writes walk (each at the offset after the last one's): memcpy, cma
+#      and libfabric-shm (remora-bench-samehost --target-span), and Remora
+#      with the path on, its regions moved into huge pages (the default) and
+#      left in 4 KiB pages (REMORA_HUGEPAGES=0). Their rows' engines end in
+#      "@span".
 #
 # Every bandwidth is also given as a ratio to memcpy of the same size
 # measured in the same run. Each figure is the median of --reps repetitions.
 #
-#   bench/samehost.sh [--build DIR] [--reps N] [--duration S] [--markdown FILE]
+#   bench/samehost.sh [--build DIR] [--reps N] [--duration S] [--span BYTES]
+#                     [--markdown FILE]
 #
 #   --build DIR     the build directory with bin/remora-bench-samehost and
 #                   bin/remora-perf (default build, relative to the repository)
 #   --reps N        repetitions of every measurement (default 3)
 #   --duration S    seconds of one remora-bench-samehost repetition per engine
 #                   and size (default 0.3)
+#   --span BYTES    the targets' length in part 4 (k, m, g suffixes; default
+#                   64m; 0 leaves part 4 out)
 #   --markdown FILE also write the table and notes as Markdown
 #
 #   UCX_PERFTEST    the ucx_perftest to run (default: the one on PATH; set
@@ -42,6 +51,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=build
 REPS=3
 DURATION=0.3
+SPAN=64m
 MARKDOWN=""
 STEP_TIMEOUT=120     # seconds, one client run (ucx_perftest or remora-perf)
 SERVER_TIMEOUT=150   # seconds, one server (it leaves when its client is done)
@@ -59,9 +69,11 @@ while [[ $# -gt 0 ]]; do
                 REPS=$2; shift 2 ;;
         --duration) [[ $# -ge 2 && "$2" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--duration needs seconds"
                     DURATION=$2; shift 2 ;;
+        --span) [[ $# -ge 2 && "$2" =~ ^[0-9]+[kmg]?$ ]] || die "--span needs a size (64m, say) or 0"
+                SPAN=$2; shift 2 ;;
         --markdown) [[ $# -ge 2 ]] || die "--markdown needs a file name"
                     MARKDOWN=$2; shift 2 ;;
-        -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -145,6 +157,17 @@ if ! bounded "$BENCH_TIMEOUT" "$SAMEHOST" --json --reps "$REPS" -D "$DURATION" \
         </dev/null >"$WORK/samehost.json" 2>"$WORK/samehost.err"; then
     cat "$WORK/samehost.err" >&2
     FAILED+=("remora-bench-samehost")
+fi
+
+# ---- 4a. the same, walking a target of --span bytes -------------------------------
+if [[ $SPAN != 0 ]]; then
+    echo "samehost.sh: remora-bench-samehost --target-span $SPAN" >&2
+    if ! bounded "$BENCH_TIMEOUT" "$SAMEHOST" --json --reps "$REPS" -D "$DURATION" --target-span "$SPAN" \
+            --size 65536,1048576 --only memcpy,cma,libfabric-shm \
+            </dev/null >"$WORK/samehost_span.json" 2>"$WORK/samehost_span.err"; then
+        cat "$WORK/samehost_span.err" >&2
+        FAILED+=("remora-bench-samehost --target-span")
+    fi
 fi
 
 # ---- 2a. remora-bench-ucx-user: UCX's puts on memory the program registered ----
@@ -261,6 +284,18 @@ for ((rep = 1; rep <= REPS; rep++)); do
                 "$size" "$iters" "$sflags $extra" "$cflags"
         done
     done
+    # 4b. Writes walking a target of --span bytes, the path on: 4, its
+    # regions moved into huge pages (default); 5, left in 4 KiB pages.
+    [[ $SPAN == 0 ]] && continue
+    for c in "write|65536|20000" "write|1048576|2000"; do
+        IFS='|' read -r op size iters <<<"$c"
+        for variant in 4 5; do
+            huge=$((variant == 4 ? 1 : 0))
+            echo "samehost.sh: rep $rep/$REPS remora-perf $op size $size --target-span $SPAN REMORA_HUGEPAGES=$huge" >&2
+            REMORA_SAMEHOST=1 REMORA_HUGEPAGES=$huge remora_run "remora$variant.$op.$size.$rep" "$op" "$size" \
+                "$iters" "--target-span $SPAN" ""
+        done
+    done
 done
 
 # ---- the table ------------------------------------------------------------------
@@ -268,10 +303,10 @@ UCX_VERSION=""
 [[ -n "$UCX_PERFTEST" ]] && UCX_VERSION=$(dpkg-query -W -f '${Version}' ucx-utils 2>/dev/null || echo "?")
 rc=0
 python3 - "$WORK" "$REPS" "$DURATION" "$MARKDOWN" "$LOAD_BEFORE" "$DATE" "$UCX_VERSION" "$UCX_TLS_USED" \
-    "${FAILED[*]+"${FAILED[*]}"}" "$UCX_SKIPPED" <<'EOF' || rc=$?
+    "${FAILED[*]+"${FAILED[*]}"}" "$UCX_SKIPPED" "$SPAN" <<'EOF' || rc=$?
 import glob, json, os, platform, statistics, sys
 
-work, reps, duration, markdown, load_before, date, ucx_version, ucx_tls, failed, ucx_skipped = sys.argv[1:11]
+work, reps, duration, markdown, load_before, date, ucx_version, ucx_tls, failed, ucx_skipped, span_text = sys.argv[1:12]
 
 def cpu(path):
     with open(path) as f:
@@ -284,11 +319,15 @@ def span(values):
     values = list(values)
     return (min(values), max(values))
 
-# 1. remora-bench-samehost: medians already.
-for line in open(os.path.join(work, "samehost.json")):
+# 1. remora-bench-samehost: medians already (4a: the same, walking a span).
+span_path = os.path.join(work, "samehost_span.json")
+for line in [l for p in [os.path.join(work, "samehost.json")] + ([span_path] if os.path.exists(span_path) else [])
+             for l in open(p)]:
     if not line.startswith("{"):
         continue
     o = json.loads(line)
+    if o.get("span"):
+        o["engine"] += "@span"
     if "skipped" in o:
         skipped.append(f"{o['engine']}: skipped: {o['skipped']}")
     elif "note" in o:
@@ -345,10 +384,11 @@ if os.path.exists(os.path.join(work, "ucx_user.skipped")):
 
 # 3. remora-perf
 remora = {}
-for path in glob.glob(os.path.join(work, "remora[0123].*.json")):
+for path in glob.glob(os.path.join(work, "remora[012345].*.json")):
     engine, name, size, rep = os.path.basename(path)[:-5].split(".")
     engine = {"remora0": "remora-tcp", "remora1": "remora-direct", "remora2": "remora-mapped",
-              "remora3": "remora-direct-single"}[engine]
+              "remora3": "remora-direct-single", "remora4": "remora-direct@span",
+              "remora5": "remora-direct-4k@span"}[engine]
     for line in open(path):
         if line.startswith("{"):
             o = json.loads(line)
@@ -370,7 +410,8 @@ for (engine, name, size), runs in sorted(remora.items(), key=lambda kv: (kv[0][0
                      cpu=statistics.median(r[1] for r in runs),
                      spread=span(r[0]["lat_p50_us" if lat else "gbps"] for r in runs)))
 
-memcpy = {r["size"]: r["gbps"] for r in rows if r["engine"] == "memcpy"}
+# Each row's ratio is to the memcpy row of its own kind (walking a span or not).
+memcpy = {(r["size"], r["engine"].endswith("@span")): r["gbps"] for r in rows if r["engine"].startswith("memcpy")}
 
 def f3(v):
     return "-" if v is None else (f"{v:.3f}" if v < 100 else f"{v:.1f}")
@@ -379,8 +420,9 @@ table = []
 for r in rows:
     bw_row = r["p50"] is None
     ratio = "-"
-    if bw_row and r["size"] in memcpy and r["engine"] != "memcpy":
-        ratio = f"{r['gbps'] / memcpy[r['size']]:.3f}"
+    key = (r["size"], r["engine"].endswith("@span"))
+    if bw_row and key in memcpy and not r["engine"].startswith("memcpy"):
+        ratio = f"{r['gbps'] / memcpy[key]:.3f}"
     lo, hi = r["spread"]
     table.append((r["engine"], r["op"], str(r["size"]), str(r["qd"]), r["completion"],
                   f3(r["gbps"]), ratio, f3(r["p50"]), f3(r["p99"]), f3(r["cpu"]), f"{f3(lo)}-{f3(hi)}"))
@@ -418,7 +460,13 @@ notes = [
     "(each write or read its own call, on the client's thread)",
     "remora-mapped: the same with the server's target buffer from ProtectionZone::allocate "
     "(remora-perf --server --shared-target, a memfd): the client maps it once and copies with memcpy",
-] + ([f"ucx-sm: ucx_perftest (ucx-utils {ucx_version}), UCX_TLS={ucx_tls}, memory UCX allocates itself "
+] + ([f"@span: the target is {span_text} long (memcpy's destination, the child's buffer of cma and "
+      "libfabric-shm, the remora-perf server's heap buffer: --target-span) and the writes walk it, each at the "
+      "offset after the last one's; memcpy@span is their x memcpy baseline; remora-direct@span: the path on, the "
+      "server's region moved into huge pages after registration (the default; the server waits until its huge "
+      "pages stop changing before it answers); remora-direct-4k@span: the same with REMORA_HUGEPAGES=0 "
+      "(4 KiB pages, as cma@span's and libfabric-shm@span's targets)"] if span_text != "0" else []
+) + ([f"ucx-sm: ucx_perftest (ucx-utils {ucx_version}), UCX_TLS={ucx_tls}, memory UCX allocates itself "
        "(ucp_mem_map ALLOCATE); put_bw: puts streamed with UCX's default window, no completion waited for per put; "
        "put_lat: half a "
        "round trip of a put ping-pong (each side polls its memory for the peer's put)"] if ucx_version else []

@@ -36,6 +36,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "perf_report.hpp"
@@ -174,6 +175,47 @@ Buffer allocate(std::size_t len) {
   if (p == nullptr) throw PerfError("cannot allocate " + size_text(rounded));
   std::memset(p, 0, rounded);
   return Buffer(static_cast<std::uint8_t*>(p));
+}
+
+/// Bytes of the mapping of this process that holds `addr` in anonymous huge
+/// pages (AnonHugePages in /proc/self/smaps); 0 when it has none or the
+/// file cannot be read.
+std::size_t anon_huge_bytes(const void* addr) {
+  const auto a = reinterpret_cast<std::uintptr_t>(addr);
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    const auto dash = line.find('-'), space = line.find(' ');
+    if (dash != std::string::npos && space != std::string::npos && dash < space &&
+        line.find_first_not_of("0123456789abcdef") == dash) {
+      const std::uintptr_t lo = std::strtoull(line.substr(0, dash).c_str(), nullptr, 16);
+      const std::uintptr_t hi = std::strtoull(line.substr(dash + 1, space - dash - 1).c_str(), nullptr, 16);
+      inside = lo <= a && a < hi;
+    } else if (inside && line.rfind("AnonHugePages:", 0) == 0) {
+      return static_cast<std::size_t>(std::strtoull(line.c_str() + 14, nullptr, 10)) * 1024;
+    }
+  }
+  return 0;
+}
+
+/// Waits until the huge pages of the mapping holding `addr` stop changing
+/// (the same for 200 ms; 10 s at most) and returns how many bytes are in
+/// them: on the same host the library moves a registered region's memory
+/// into huge pages in the background, which a measurement must not overlap.
+std::size_t wait_huge_pages_settled(const void* addr) {
+  using namespace std::chrono;
+  const auto until = steady_clock::now() + seconds(10);
+  std::size_t last = anon_huge_bytes(addr);
+  auto since = steady_clock::now();
+  while (steady_clock::now() < until && steady_clock::now() - since < milliseconds(200)) {
+    std::this_thread::sleep_for(milliseconds(10));
+    if (const std::size_t now = anon_huge_bytes(addr); now != last) {
+      last = now;
+      since = steady_clock::now();
+    }
+  }
+  return last;
 }
 
 // The persistent region's backing file. Removed at exit, on SIGINT/SIGTERM,
@@ -449,6 +491,12 @@ class Issuer {
     side_ = side;
   }
 
+  /// Writes and reads walk the target, each at the offset after the last
+  /// one's (from 0 again at its end), when it is longer than `largest`, the
+  /// largest size of the run (a server's --target-span); otherwise each is
+  /// at offset 0.
+  void walk(std::size_t largest) { walk_ = target_.length() > largest; }
+
   unsigned slots() const { return qd_ * static_cast<unsigned>(eps_.size()); }
 
   /// --wait: with nothing completed, sleep in poll(2) on the queue's fd
@@ -566,10 +614,11 @@ class Issuer {
     Endpoint& ep = *eps_[slot % eps_.size()];
     const Segment seg(*local_, 0, size);
     const std::span<const Segment> src(&seg, 1);
+    const std::uint64_t at = walk_ ? seq % (target_.length() / size) * size : 0;
     Result<void> r;
     switch (op_) {
-      case Op::write: r = ep.write(src, target_, 0, slot); break;
-      case Op::read: r = ep.read(src, target_, 0, slot); break;
+      case Op::write: r = ep.write(src, target_, at, slot); break;
+      case Op::read: r = ep.read(src, target_, at, slot); break;
       case Op::send: r = ep.send(src, slot); break;
       case Op::atomic_write: r = ep.atomic_write(target_, 0, seq, slot); break;
       case Op::write_flush_visibility:
@@ -595,6 +644,7 @@ class Issuer {
   int wait_fd_ = -1;
   MemoryRegion* local_ = nullptr;
   RemoteRegion target_;
+  bool walk_ = false;
   Receiver* rx_ = nullptr;
   std::string_view side_;
 };
@@ -775,6 +825,7 @@ class Client {
     for (auto& ep : eps_) ptrs.push_back(&ep);
     if (bidir_send) rx_.setup(zone_, ptrs, rcq_, max_size_, nrecv);
     issuer_.setup(cfg_.op, cfg_.qd, ptrs, cq_, local_mr_, target_, rx_.active() ? &rx_ : nullptr, "client");
+    issuer_.walk(max_size_);
     issuer_.set_wait(cfg_.wait);
   }
 
@@ -1019,13 +1070,21 @@ class Server {
       return reject(req, "bidirectional runs are for write, read and send");
 
     Result<MemoryRegion> mr = Errc::invalid_argument;
+    // --target-span: a longer target, which the client's writes and reads
+    // walk (Issuer::walk).
+    const std::size_t target_len = std::max(size_, cfg_.target_span);
     if (cfg_.shared_target) {
-      mr = zone_.allocate(size_, Access::remote_read | Access::remote_write);
+      mr = zone_.allocate(target_len, Access::remote_read | Access::remote_write);
     } else {
-      target_mem_ = allocate(size_);
-      mr = zone_.register_memory(target_mem_.get(), size_, Access::remote_read | Access::remote_write);
+      target_mem_ = allocate(target_len);
+      mr = zone_.register_memory(target_mem_.get(), target_len, Access::remote_read | Access::remote_write);
     }
-    if (!mr) return reject(req, "registering " + size_text(size_) + ": " + msg(mr.error()));
+    if (!mr) return reject(req, "registering " + size_text(target_len) + ": " + msg(mr.error()));
+    if (cfg_.target_span != 0 && !cfg_.shared_target) {
+      const std::size_t huge = wait_huge_pages_settled(target_mem_.get());
+      std::fprintf(stderr, "remora-perf: target %s, of which %s in huge pages\n", size_text(target_len).c_str(),
+                   size_text(huge).c_str());
+    }
     target_mr_ = std::move(*mr);
     regions_.push_back(*target_mr_.remote());
 

@@ -23,6 +23,7 @@ struct Config : CommonConfig {
   bool size_max_set = false;
   bool connections_set = false;
   bool shared_target = false;          ///< server: the target buffer from ProtectionZone::allocate
+  std::size_t target_span = 0;         ///< server: the target buffer's length, when above the client's size
   std::string plot;                    ///< --plot: the SVG to write
   std::vector<std::string> plot_json;  ///< --plot-json FILE[=LABEL]: plot these instead of running
   std::string plot_title;              ///< --plot-title

@@ -35,7 +35,7 @@ constexpr std::string_view kProgram = "remora-perf";
 
 // ---- the option table ---------------------------------------------------------
 
-constexpr std::array<Option<Config>, 25> kOptions{{
+constexpr std::array<Option<Config>, 26> kOptions{{
     opt::server<Config>(),
     opt::client<Config>(),
     opt::port<Config, true>("TCP port of the server (server: 0 picks a free one)"),
@@ -51,6 +51,13 @@ constexpr std::array<Option<Config>, 25> kOptions{{
      "(ProtectionZone::allocate, a memfd): same-host clients map\n"
      "it and copy into it directly (unless REMORA_SAMEHOST=0)",
      [](Config& c, std::string_view) { c.shared_target = true; }},
+    {"--target-span", "BYTES",
+     "server: the target buffer is this long when the client's\n"
+     "largest size is shorter; the client's writes and reads then\n"
+     "walk it, each at the offset after the last one's",
+     [](Config& c, std::string_view v) {
+       c.target_span = remora::tools::parse_size("--target-span", v, remora::perf::kMaxSize);
+     }},
     {"--size-max", "BYTES", "server: largest buffer a client may ask for (default 1g)",
      [](Config& c, std::string_view v) {
        c.size_max = remora::tools::parse_size("--size-max", v, remora::perf::kMaxSize);
@@ -166,6 +173,7 @@ void validate(Config& c) {
   if (!remora::perf::validate_role(c)) return;
   if (c.size_max_set) throw UsageError("--size-max is a server option");
   if (c.shared_target) throw UsageError("--shared-target is a server option");
+  if (c.target_span != 0) throw UsageError("--target-span is a server option");
   if (c.port == 0) throw UsageError("--port: the client needs the server's port (1..65535)");
   remora::perf::validate_client(c);
   using remora::perf::Op;
