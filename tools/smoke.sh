@@ -408,6 +408,30 @@ else
     fail "server for --report_gbits did not start"; stop_server || true
 fi
 
+# --target-span: the server's buffer that long, which the client's writes
+# walk; the server says how much of it is in huge pages once that settled.
+if start_server "$WORK/span.server.log" --target-span 4m; then
+    rc=0
+    timeout "$CLIENT_TIMEOUT" "$PERF" --client 127.0.0.1 --port "$PORT" --op write --size 65536 --iters 200 \
+        --json </dev/null >"$WORK/span.out" 2>"$WORK/span.err" || rc=$?
+    stop_server || true
+    if [[ $rc -eq 0 ]] && grep -q '^remora-perf: target 4194304 bytes, of which [0-9]* bytes in huge pages' \
+            "$WORK/span.server.log"; then
+        pass "--target-span 4m: writes walk the server's buffer"
+    else
+        fail "--target-span (exit $rc)"; cat "$WORK/span.out" "$WORK/span.err" "$WORK/span.server.log" >&2
+    fi
+else
+    fail "server for --target-span did not start"; stop_server || true
+fi
+rc=0
+timeout 10 "$PERF" --client 127.0.0.1 --port 1 --target-span 4m >/dev/null 2>&1 || rc=$?
+if [[ $rc -eq 2 ]]; then
+    pass "--target-span on the client is a usage error"
+else
+    fail "--target-span on the client: exit $rc"
+fi
+
 # The raw baseline's -a and JSON settings, then both on the same axes
 # (--plot-json, as bench/compare.sh --plot does).
 if [[ -x "$RAW" ]]; then
@@ -487,6 +511,17 @@ if [[ -x "$SAMEHOST" ]]; then
         pass "remora-bench-samehost --size 4096 --reps 1 ($why)"
     else
         fail "remora-bench-samehost: exit $rc $why"; cat "$WORK/samehost.out" "$WORK/samehost.err" >&2
+    fi
+    rc=0
+    timeout 60 "$SAMEHOST" --size 4096 --reps 1 -D 0.05 --json --target-span 64k --only memcpy,cma </dev/null \
+        >"$WORK/samehost-span.out" 2>"$WORK/samehost-span.err" || rc=$?
+    if [[ $rc -eq 0 ]] && python3 -c 'import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+bw = [r for r in rows if "gbps" in r and r["op"] != "write_lat"]
+sys.exit(0 if bw and all(r["span"] == 65536 for r in bw) else 1)' "$WORK/samehost-span.out"; then
+        pass "remora-bench-samehost --target-span 64k"
+    else
+        fail "remora-bench-samehost --target-span: exit $rc"; cat "$WORK/samehost-span.out" "$WORK/samehost-span.err" >&2
     fi
     rc=0
     timeout 10 "$SAMEHOST" --size 0 >/dev/null 2>&1 || rc=$?
