@@ -229,6 +229,10 @@ struct CqImpl {
   std::deque<Completion> queue;
   Signal signal;
   std::atomic<bool> fd_in_use{false};  // written under mu
+  // The program asked for the descriptor (CompletionQueue::fd()): it may
+  // sleep on it between polls, so its polls claim nothing (claim()). The
+  // library's own wait() uses the descriptor too, and does not set this.
+  std::atomic<bool> fd_given{false};
 
   // The endpoints feeding this queue whose connection is up, kept by
   // attach() and detach() (EndpointImpl::watch_queues, when a connection is

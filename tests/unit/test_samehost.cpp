@@ -1489,6 +1489,31 @@ TEST(SameHostGather, WritesOfABatchArePlacedInPostingOrder) {
   ADD_FAILURE() << "in 20 rounds, no batch: the order was not tested";
 }
 
+TEST(SameHostGather, PollsAfterAWaitStillGather) {
+  // A program that polls and now and then sleeps in wait() (post_batch
+  // collects with wait()) claims the queue with each poll, as one that only
+  // polls does: its writes still go in batches after the first wait.
+  auto p = gathering_pair();
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  int batches = 0;
+  for (int round = 0; round < 20 && batches < 3; ++round)
+    batches += post_batch(*p, 8, static_cast<std::uint8_t>(round + 1), 10 * static_cast<std::uint64_t>(round)) ? 1 : 0;
+  EXPECT_EQ(batches, 3) << "polls after a wait() gathered nothing";
+}
+
+TEST(SameHostGather, AQueueWhoseDescriptorTheProgramTookIsNotGatheredFor) {
+  // A program that took the descriptor may sleep on it in code of its own
+  // right after a poll: its writes are placed at post time.
+  auto p = gathering_pair();
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  ASSERT_GE(p->icq.fd(), 0);
+  const std::uint64_t ops = direct_ops(p->iep);
+  for (int round = 0; round < 3; ++round)
+    (void)post_batch(*p, 8, static_cast<std::uint8_t>(round + 1), 10 * static_cast<std::uint64_t>(round));
+  EXPECT_EQ(batched(p->iep), 0u);
+  EXPECT_EQ(direct_ops(p->iep) - ops, 24u);
+}
+
 TEST(SameHostGather, ARefusedWriteInABatchEndsTheConnectionAndNothingAfterItLands) {
   auto p = gathering_pair();
   ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);

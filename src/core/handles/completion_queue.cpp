@@ -67,7 +67,9 @@ void CqImpl::claim() {
   // A thread that uses the queue's descriptor sleeps on it between polls;
   // the agent keeps driving the endpoints meanwhile (it also wakes for
   // their transports), so nothing waits on a thread that is asleep.
-  if (fd_in_use.load(std::memory_order_relaxed)) return;
+  // A thread that only polls and calls wait() claims: wait() drives what
+  // it waits for itself.
+  if (fd_given.load(std::memory_order_relaxed)) return;
   const auto now = std::chrono::steady_clock::now().time_since_epoch();
   user_until.store((now + std::chrono::nanoseconds(kUserDriveWindow)).count(), std::memory_order_relaxed);
 }
@@ -422,6 +424,7 @@ int CompletionQueue::fd() const noexcept {
   if (!impl_) return -1;
   // Made on first use: a queue that is only polled costs no system call
   // per completion.
+  impl_->fd_given.store(true, std::memory_order_relaxed);
   return impl_->wait_fd();
 }
 
