@@ -49,7 +49,12 @@ class HugePager {
       lock.unlock();
       const bool more = job->step(huge);
       lock.lock();
-      if (more) jobs_.push_back(std::move(job));
+      if (!more) continue;
+      try {
+        jobs_.push_back(std::move(job));
+      } catch (...) {
+        job->ended_.store(true, std::memory_order_release);  // no memory for the queue: the rest stays as it is
+      }
     }
   }
 
