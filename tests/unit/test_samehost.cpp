@@ -1372,19 +1372,25 @@ TEST(SameHostHugePages, DeregistrationStopsTheMove) {
   const std::size_t huge = detail::direct::huge_page_size();
   auto p = huge_pages_pair(nullptr);
   // 32 huge pages, each a millisecond or more to move: the region is closed
-  // long before the thread is through them.
-  HugeArea area(huge, 32);
-  auto mr = MUST(p->tz.register_memory(area.at, 32 * huge, Access::all));
-  const std::shared_ptr<detail::direct::HugePageJob> job = mr.impl()->huge;
-  ASSERT_NE(job, nullptr);
-  mr.close();
-  ASSERT_TRUE(job->wait(10s)) << "the job went on after close()";
-  // At most the huge page being made when close() came was finished.
-  const std::size_t moved = job->moved();
-  EXPECT_LT(moved, 32 * huge);
-  std::this_thread::sleep_for(50ms);
-  EXPECT_EQ(anon_huge_bytes(area.at), moved) << "huge pages made after the job ended";
-  EXPECT_TRUE(area.intact());
+  // long before the thread is through them, unless this thread was
+  // descheduled between the two calls for that long (a loaded machine):
+  // then another area is tried.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    HugeArea area(huge, 32);
+    auto mr = MUST(p->tz.register_memory(area.at, 32 * huge, Access::all));
+    const std::shared_ptr<detail::direct::HugePageJob> job = mr.impl()->huge;
+    ASSERT_NE(job, nullptr);
+    mr.close();
+    ASSERT_TRUE(job->wait(10s)) << "the job went on after close()";
+    // At most the huge page being made when close() came was finished.
+    const std::size_t moved = job->moved();
+    if (moved == job->covered()) continue;  // all moved before the close
+    std::this_thread::sleep_for(50ms);
+    EXPECT_EQ(anon_huge_bytes(area.at), moved) << "huge pages made after the job ended";
+    EXPECT_TRUE(area.intact());
+    return;
+  }
+  ADD_FAILURE() << "in 3 tries, every huge page was moved although the region was closed at once";
 }
 
 // ---- writes posted back to back, placed by one call ----
