@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "perf_report.hpp"
+#include "smaps.hpp"
 #include "svg_plot.hpp"
 
 namespace remora::perf {
@@ -177,28 +178,6 @@ Buffer allocate(std::size_t len) {
   return Buffer(static_cast<std::uint8_t*>(p));
 }
 
-/// Bytes of the mapping of this process that holds `addr` in anonymous huge
-/// pages (AnonHugePages in /proc/self/smaps); 0 when it has none or the
-/// file cannot be read.
-std::size_t anon_huge_bytes(const void* addr) {
-  const auto a = reinterpret_cast<std::uintptr_t>(addr);
-  std::ifstream smaps("/proc/self/smaps");
-  std::string line;
-  bool inside = false;
-  while (std::getline(smaps, line)) {
-    const auto dash = line.find('-'), space = line.find(' ');
-    if (dash != std::string::npos && space != std::string::npos && dash < space &&
-        line.find_first_not_of("0123456789abcdef") == dash) {
-      const std::uintptr_t lo = std::strtoull(line.substr(0, dash).c_str(), nullptr, 16);
-      const std::uintptr_t hi = std::strtoull(line.substr(dash + 1, space - dash - 1).c_str(), nullptr, 16);
-      inside = lo <= a && a < hi;
-    } else if (inside && line.rfind("AnonHugePages:", 0) == 0) {
-      return static_cast<std::size_t>(std::strtoull(line.c_str() + 14, nullptr, 10)) * 1024;
-    }
-  }
-  return 0;
-}
-
 /// Waits until the huge pages of the mapping holding `addr` stop changing
 /// (the same for 200 ms; 10 s at most) and returns how many bytes are in
 /// them: on the same host the library moves a registered region's memory
@@ -206,11 +185,11 @@ std::size_t anon_huge_bytes(const void* addr) {
 std::size_t wait_huge_pages_settled(const void* addr) {
   using namespace std::chrono;
   const auto until = steady_clock::now() + seconds(10);
-  std::size_t last = anon_huge_bytes(addr);
+  std::size_t last = remora::tools::anon_huge_bytes(addr);
   auto since = steady_clock::now();
   while (steady_clock::now() < until && steady_clock::now() - since < milliseconds(200)) {
     std::this_thread::sleep_for(milliseconds(10));
-    if (const std::size_t now = anon_huge_bytes(addr); now != last) {
+    if (const std::size_t now = remora::tools::anon_huge_bytes(addr); now != last) {
       last = now;
       since = steady_clock::now();
     }

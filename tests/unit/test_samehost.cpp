@@ -25,6 +25,7 @@
 
 #include "core/direct/copier.hpp"
 #include "core/impl.hpp"
+#include "smaps.hpp"  // tools/
 #include "unit_support.hpp"
 
 namespace {
@@ -1173,27 +1174,7 @@ TEST(SameHostCopier, AnUnknownValueIsReportedAndLeavesItOn) {
 
 // ---- huge pages for regions reached by cross-memory attach ----
 
-/// Bytes of the mapping of this process that holds `addr` in anonymous huge
-/// pages (its AnonHugePages in /proc/self/smaps).
-std::size_t anon_huge_bytes(const void* addr) {
-  const auto a = reinterpret_cast<std::uintptr_t>(addr);
-  std::ifstream smaps("/proc/self/smaps");
-  std::string line;
-  bool inside = false;
-  while (std::getline(smaps, line)) {
-    const auto dash = line.find('-');
-    const auto space = line.find(' ');
-    if (dash != std::string::npos && space != std::string::npos && dash < space &&
-        line.find_first_not_of("0123456789abcdef") == dash) {
-      const std::uintptr_t lo = std::stoull(line.substr(0, dash), nullptr, 16);
-      const std::uintptr_t hi = std::stoull(line.substr(dash + 1, space - dash - 1), nullptr, 16);
-      inside = lo <= a && a < hi;
-    } else if (inside && line.rfind("AnonHugePages:", 0) == 0) {
-      return static_cast<std::size_t>(std::stoull(line.substr(14))) * 1024;
-    }
-  }
-  return 0;
-}
+using remora::tools::anon_huge_bytes;
 
 /// An anonymous private mapping with `pages` whole huge pages from `at` (a
 /// huge-page boundary), each byte from `untouched` on written (so in 4 KiB
@@ -1253,9 +1234,17 @@ std::unique_ptr<Pair> huge_pages_pair(const char* hugepages) {
   return p;
 }
 
-TEST(SameHostHugePages, RegistrationMovesTheWholeHugePagesOfARegionIntoHugePages) {
-  if (const std::string why = huge_pages_unavailable(); !why.empty()) GTEST_SKIP() << why;
+/// The huge-page tests: skipped, with the reason, where the kernel cannot
+/// move memory into huge pages on request; `huge` is its huge page size.
+class SameHostHugePages : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const std::string why = huge_pages_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  }
   const std::size_t huge = detail::direct::huge_page_size();
+};
+
+TEST_F(SameHostHugePages, RegistrationMovesTheWholeHugePagesOfARegionIntoHugePages) {
   auto p = huge_pages_pair(nullptr);
   ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
   // Three huge pages; the region starts half-way into the first and ends
@@ -1286,9 +1275,7 @@ TEST(SameHostHugePages, RegistrationMovesTheWholeHugePagesOfARegionIntoHugePages
   EXPECT_TRUE(area.intact(at, at + 64 * 1024));
 }
 
-TEST(SameHostHugePages, TheEnvironmentTurnsThemOff) {
-  if (const std::string why = huge_pages_unavailable(); !why.empty()) GTEST_SKIP() << why;
-  const std::size_t huge = detail::direct::huge_page_size();
+TEST_F(SameHostHugePages, TheEnvironmentTurnsThemOff) {
   auto p = huge_pages_pair("0");
   HugeArea area(huge, 2);
   auto mr = MUST(p->tz.register_memory(area.at, 2 * huge, Access::all));
@@ -1296,9 +1283,7 @@ TEST(SameHostHugePages, TheEnvironmentTurnsThemOff) {
   EXPECT_EQ(anon_huge_bytes(area.at), 0u);
 }
 
-TEST(SameHostHugePages, OnlyRegionsSameHostPeersReachByCrossMemoryAttach) {
-  if (const std::string why = huge_pages_unavailable(); !why.empty()) GTEST_SKIP() << why;
-  const std::size_t huge = detail::direct::huge_page_size();
+TEST_F(SameHostHugePages, OnlyRegionsSameHostPeersReachByCrossMemoryAttach) {
   auto p = huge_pages_pair(nullptr);
   {
     // Local access only: no peer reaches it.
@@ -1332,9 +1317,7 @@ TEST(SameHostHugePages, OnlyRegionsSameHostPeersReachByCrossMemoryAttach) {
   }
 }
 
-TEST(SameHostHugePages, TheProgramsOwnNoHugePageAdviceHolds) {
-  if (const std::string why = huge_pages_unavailable(); !why.empty()) GTEST_SKIP() << why;
-  const std::size_t huge = detail::direct::huge_page_size();
+TEST_F(SameHostHugePages, TheProgramsOwnNoHugePageAdviceHolds) {
   auto p = huge_pages_pair(nullptr);
   HugeArea area(huge, 2, /*no_huge_pages=*/true);
   auto mr = MUST(p->tz.register_memory(area.at, 2 * huge, Access::all));
@@ -1348,9 +1331,7 @@ TEST(SameHostHugePages, TheProgramsOwnNoHugePageAdviceHolds) {
   EXPECT_TRUE(area.intact());
 }
 
-TEST(SameHostHugePages, AHugePageTheKernelRefusesDoesNotStopTheRest) {
-  if (const std::string why = huge_pages_unavailable(); !why.empty()) GTEST_SKIP() << why;
-  const std::size_t huge = detail::direct::huge_page_size();
+TEST_F(SameHostHugePages, AHugePageTheKernelRefusesDoesNotStopTheRest) {
   auto p = huge_pages_pair(nullptr);
   // The first huge page's memory never touched: the kernel here refuses it
   // (it has nothing to move), and the second is still moved.
@@ -1367,9 +1348,7 @@ TEST(SameHostHugePages, AHugePageTheKernelRefusesDoesNotStopTheRest) {
   EXPECT_TRUE(area.intact());
 }
 
-TEST(SameHostHugePages, DeregistrationStopsTheMove) {
-  if (const std::string why = huge_pages_unavailable(); !why.empty()) GTEST_SKIP() << why;
-  const std::size_t huge = detail::direct::huge_page_size();
+TEST_F(SameHostHugePages, DeregistrationStopsTheMove) {
   auto p = huge_pages_pair(nullptr);
   // 32 huge pages, each a millisecond or more to move: the region is closed
   // long before the thread is through them, unless this thread was
