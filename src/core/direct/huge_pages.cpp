@@ -3,7 +3,6 @@
 
 #include <pthread.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <condition_variable>
@@ -133,9 +132,7 @@ std::shared_ptr<HugePageJob> HugePageJob::start(void* addr, std::size_t len) noe
 }
 
 bool HugePageJob::step(std::size_t huge) noexcept {
-  // A job of the process this thread's parent was (after a fork the queue
-  // belongs to the new pager; this cannot happen, but costs nothing).
-  if (pid_ != ::getpid() || cancelled_.load(std::memory_order_acquire) || next_ >= end_) {
+  if (cancelled_.load(std::memory_order_acquire) || next_ >= end_) {
     ended_.store(true, std::memory_order_release);
     return false;
   }

@@ -22,9 +22,6 @@
 // region is asked for after close() returned.
 #pragma once
 
-#include <sys/types.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -81,7 +78,6 @@ class HugePageJob {
   const std::uintptr_t start_;
   std::uintptr_t next_;  // the huge-page thread's only
   const std::uintptr_t end_;
-  const pid_t pid_ = ::getpid();
   std::atomic<bool> cancelled_{false};
   std::atomic<bool> ended_{false};
   std::atomic<std::size_t> moved_{0};

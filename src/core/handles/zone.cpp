@@ -250,7 +250,7 @@ Result<MemoryRegion> ProtectionZone::register_memory(void* addr, std::size_t len
   // pages moved into huge pages by the process's huge-page thread, once, so
   // that every later transfer pins one page per 2 MiB instead of one per
   // 4 KiB (src/core/direct/huge_pages.hpp).
-  if (impl_->direct && impl_->direct_huge && shared.fd < 0 && (*r)->direct_slot >= 0)
+  if ((*r)->direct_slot >= 0 && impl_->direct_huge && shared.fd < 0)
     (*r)->huge = detail::direct::HugePageJob::start(addr, len);
   if (impl_->check) impl_->check->on_register(**r);  // remora-check (docs/check.md)
   return MemoryRegion(std::move(*r));
