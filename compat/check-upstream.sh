@@ -8,11 +8,16 @@
 #
 # Usage: compat/check-upstream.sh [--rpma RPMA_MIRROR] [--fio FIO_MIRROR]
 #                                 [--dapl DAPL_MIRROR] [--build BUILD_DIR]
+#                                 [--transports LIST]
 # A mirror is a git directory (bare, or a work tree's .git) as `fetch` makes
 # them; the defaults are where `fetch` puts them:
 #   /work/.mirror/pmem+rpma/repo, /work/.mirror/axboe+fio/repo,
 #   /work/.mirror/eurolinux-enterprise-linux-sources+compat-dapl/repo/.git
 # BUILD_DIR (default: build) is a configured and built Remora tree.
+# LIST (default: direct,tcp) says which of Remora's transports the programs
+# run on, each face once per transport: `direct`, the same-host direct path
+# (REMORA_SAMEHOST=1, the default between processes of one host), and
+# `tcp`, libfabric tcp on 127.0.0.1 (REMORA_SAMEHOST=0).
 #
 # Prints each face's PASS/FAIL lines, then a summary: one line per face and
 # an overall "N passed, M failed". A face whose script ends without its
@@ -28,9 +33,11 @@ rpma=$mirrors/pmem+rpma/repo
 fio=$mirrors/axboe+fio/repo
 dapl=$mirrors/eurolinux-enterprise-linux-sources+compat-dapl/repo/.git
 build=$repo/build
+transports=direct,tcp
 
 usage() {
-  echo "usage: $0 [--rpma RPMA_MIRROR] [--fio FIO_MIRROR] [--dapl DAPL_MIRROR] [--build BUILD_DIR]" >&2
+  echo "usage: $0 [--rpma RPMA_MIRROR] [--fio FIO_MIRROR] [--dapl DAPL_MIRROR] [--build BUILD_DIR]" \
+    "[--transports direct,tcp]" >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
@@ -39,6 +46,7 @@ while [ $# -gt 0 ]; do
     --fio)   [ $# -ge 2 ] || usage; fio=$2; shift 2 ;;
     --dapl)  [ $# -ge 2 ] || usage; dapl=$2; shift 2 ;;
     --build) [ $# -ge 2 ] || usage; build=$2; shift 2 ;;
+    --transports) [ $# -ge 2 ] || usage; transports=$2; shift 2 ;;
     -h|--help) usage ;;
     *) usage ;;
   esac
@@ -68,23 +76,34 @@ run_face() {
   fi
   rm -f "$out"
   total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
-  summary+=("$(printf '%-8s %s passed, %s failed' "$name:" "$p" "$f")")
+  summary+=("$(printf '%-15s %s passed, %s failed' "$name:" "$p" "$f")")
   echo
 }
 
-run_face librpma "$here/rpma/check-rpma.sh" "$rpma" "$fio" "$build"
+IFS=, read -r -a transport_list <<<"$transports"
+[ ${#transport_list[@]} -gt 0 ] || usage
+for t in "${transport_list[@]}"; do
+  case $t in direct|tcp) ;; *) echo "--transports: direct or tcp, not '$t'" >&2; usage ;; esac
+done
 
-if [ -f "$here/dat/check-dapl.sh" ]; then
-  # check-dapl.sh takes the build tree from $BUILD_DIR (its usage line:
-  # MIRROR_GIT_DIR [REF]); pass it positionally too if it ever asks for that
-  if grep -Eq 'usage: .*MIRROR[A-Z_]* +\[?BUILD_DIR' "$here/dat/check-dapl.sh"; then
-    BUILD_DIR=$build run_face uDAPL "$here/dat/check-dapl.sh" "$dapl" "$build"
+for t in "${transport_list[@]}"; do
+  samehost=1; [ "$t" = tcp ] && samehost=0
+  export REMORA_SAMEHOST=$samehost
+  run_face "librpma/$t" "$here/rpma/check-rpma.sh" "$rpma" "$fio" "$build"
+
+  if [ -f "$here/dat/check-dapl.sh" ]; then
+    # check-dapl.sh takes the build tree from $BUILD_DIR (its usage line:
+    # MIRROR_GIT_DIR [REF]); pass it positionally too if it ever asks for that
+    if grep -Eq 'usage: .*MIRROR[A-Z_]* +\[?BUILD_DIR' "$here/dat/check-dapl.sh"; then
+      BUILD_DIR=$build run_face "uDAPL/$t" "$here/dat/check-dapl.sh" "$dapl" "$build"
+    else
+      BUILD_DIR=$build run_face "uDAPL/$t" "$here/dat/check-dapl.sh" "$dapl"
+    fi
   else
-    BUILD_DIR=$build run_face uDAPL "$here/dat/check-dapl.sh" "$dapl"
+    summary+=("uDAPL/$t: not run (compat/dat/check-dapl.sh absent)")
   fi
-else
-  summary+=("uDAPL:   not run (compat/dat/check-dapl.sh absent)")
-fi
+done
+unset REMORA_SAMEHOST
 
 echo "=== summary"
 printf '%s\n' "${summary[@]}"
