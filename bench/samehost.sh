@@ -14,7 +14,8 @@
 #      both sides: remora-direct; and into a target buffer the server's
 #      zone allocated, which the client maps: remora-mapped): write
 #      bandwidth (64 KiB, 1 MiB; qd 16),
-#      read bandwidth (64 KiB), 8-byte write + VISIBILITY flush latency
+#      read bandwidth (64 KiB), 8-byte write latency (one at a time, both
+#      busy-polling), 8-byte write + VISIBILITY flush latency
 #      (target asleep, and target and client busy-polling), send bandwidth
 #      (4 KiB, 64 KiB; qd 16) and 64-byte send latency (qd 1, server
 #      asleep); sends have no remora-mapped variant;
@@ -219,6 +220,7 @@ REMORA_CASES=(
     "write|write|4096|40000||"
     "write|write|65536|20000||"
     "write|write|1048576|2000||"
+    "write_lat|write|8|20000|--busy-poll|--busy-poll --qd 1"
     "wfv_asleep|write_flush_visibility|8|10000||"
     "wfv_busy|write_flush_visibility|8|20000|--busy-poll|--busy-poll"
     "read|read|65536|20000||"
@@ -268,12 +270,12 @@ for ((rep = 1; rep <= REPS; rep++)); do
         # memory attach); 2: the direct path into a buffer the server's zone
         # allocated (--shared-target: mapped by the client, memcpy).
         # 3: as 1 with each write or read its own call on the client's one
-        # thread (REMORA_COPY_HELPER=0 REMORA_GATHER_WRITES=0), for the write
-        # and read rows.
+        # thread (REMORA_COPY_HELPER=0 REMORA_GATHER_WRITES=0), for the write,
+        # write latency and read rows.
         # Sends do not touch the server's buffer: no mapped variant.
         for variant in 0 1 2 3; do
             [[ $name == send* ]] && ((variant == 2)) && continue
-            [[ $name != write && $name != read ]] && ((variant == 3)) && continue
+            [[ $name != write && $name != read && $name != write_lat ]] && ((variant == 3)) && continue
             direct=$((variant > 0 ? 1 : 0))
             helper=$((variant == 3 ? 0 : 1))
             extra=""
@@ -396,7 +398,8 @@ for path in glob.glob(os.path.join(work, "remora[012345].*.json")):
             warm = min(max(iters // 10, 16), 200)  # perf_cli.hpp's warm-up
             c = cpu(path[:-5] + ".cpu") / (iters + warm) * 1e6
             remora.setdefault((engine, name, int(size)), []).append((o, c))
-LABEL = {"write": ("write", "delivery"), "read": ("read", "-"), "wfv_asleep": ("write+flush_vis", "target asleep"),
+LABEL = {"write": ("write", "delivery"), "read": ("read", "-"), "write_lat": ("write", "busy-poll"),
+         "wfv_asleep": ("write+flush_vis", "target asleep"),
          "wfv_busy": ("write+flush_vis", "busy-poll"), "send": ("send", "acknowledged"),
          "send_lat": ("send", "target asleep")}
 ORDER = list(LABEL)
@@ -447,6 +450,7 @@ notes = [
     "process's CPU is not counted (shm's target and UCX's server spin on a core)",
     "libfabric-shm write: qd 16; latency rows: one 8-byte operation at a time, posted and polled for",
     "remora-tcp: remora-perf over libfabric tcp on 127.0.0.1 (REMORA_SAMEHOST=0), writes delivery-complete (qd 16); "
+    "write at 8 bytes (busy-poll): one 8-byte write at a time, target and client busy-polling; "
     "write+flush_vis: an 8-byte write then a VISIBILITY flush, one at a time, target asleep (default) or "
     "target and client busy-polling; read: 64 KiB reads, qd 16; send: sends at qd 16, each complete when the "
     "server handled it (acknowledged); send at 64 bytes: one at a time, server asleep",

@@ -297,6 +297,10 @@ struct CqImpl {
   // Until this steady-clock time (ns) a user thread polling this queue
   // drives the progress of its endpoints; the agent stands back.
   std::atomic<std::int64_t> user_until{0};
+  // Polls that claimed the queue (claim()): the endpoints feeding it tell
+  // the writes a program posts back to back between two polls from one
+  // write per poll (EndpointImpl::note_write).
+  std::atomic<std::uint64_t> polls{0};
   // Threads asleep on wait_fd() that drive the queue each time they wake
   // (CompletionQueue::Sleeper, held by wait() and the faces' waits): while
   // there is one, the agent stands back too, so a completion is made by the
@@ -562,6 +566,15 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   // writes of a batch sent over the transport instead (tests look at them).
   std::vector<std::uint32_t> gathered REMORA_GUARDED_BY(mu);
   std::uint64_t gathered_bytes REMORA_GUARDED_BY(mu) = 0;
+  // Writes posted since the send queue's poll count was last seen to change
+  // (CqImpl::polls), and in the stretch before that: a program that posts
+  // one write per poll (one in flight, the usual latency loop) has each
+  // placed at once, as gathering would only hold it until that poll
+  // (EndpointImpl::note_write, gatherable). The stretch before the first
+  // counts as many, so the first writes a program posts are gathered.
+  std::uint64_t burst_polls REMORA_GUARDED_BY(mu) = 0;
+  std::uint32_t burst_writes REMORA_GUARDED_BY(mu) = 0;
+  std::uint32_t last_burst_writes REMORA_GUARDED_BY(mu) = 2;
   std::atomic<std::uint64_t> direct_batched{0};
   std::atomic<std::uint64_t> gathered_by_transport{0};
   // Same-host message rings (docs/design.md, "Same-host message rings"):
@@ -629,6 +642,9 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   void pump_deferred() REMORA_REQUIRES(mu);
   /// `s` may join the writes gathered for one cross-memory call.
   bool gatherable(const OpSlot& s) const REMORA_REQUIRES(mu);
+  /// A plain write was posted: counts it into the writes posted since the
+  /// send queue's last poll.
+  void note_write() REMORA_REQUIRES(mu);
   /// Place the gathered writes (Peer::write_many), in posting order; those
   /// it could not place go to the transport in order, a refused one fails
   /// the endpoint as the target's refusal does.

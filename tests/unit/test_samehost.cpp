@@ -1514,6 +1514,51 @@ TEST(SameHostGather, WritesPostedBackToBackWhileAUserPollsArePlacedByOneCall) {
   EXPECT_EQ(p->iep.state(), EndpointState::connected);
 }
 
+/// Polls `cq` until `n` completions came (at most 10 s), each a success.
+void poll_for(CompletionQueue& cq, std::size_t n) {
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  std::size_t got = 0;
+  while (got < n && std::chrono::steady_clock::now() < until) {
+    Completion c[16];
+    const std::size_t k = cq.poll(std::span<Completion>(c, std::min<std::size_t>(16, n - got)));
+    for (std::size_t i = 0; i < k; ++i) EXPECT_FALSE(c[i].status) << describe(c[i]);
+    got += k;
+  }
+  ASSERT_EQ(got, n) << "completions missing after 10 s of polling";
+}
+
+TEST(SameHostGather, OneWritePerPollIsPlacedAtOnce) {
+  // A latency loop: one write, then polls until it completed. Gathering
+  // would only hold each write until the poll right after it: once the
+  // program posted one write per poll, its next write is placed by the call
+  // that posts it, and a burst after that is gathered again.
+  auto p = gathering_pair();
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  Segment seg(p->lmr, 0, 4096);
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    ASSERT_OK(p->iep.write({&seg, 1}, p->rr, 0, i));
+    poll_for(p->icq, 1);
+  }
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    const std::uint64_t ops = direct_ops(p->iep);
+    ASSERT_OK(p->iep.write({&seg, 1}, p->rr, 0, 10 + i));
+    EXPECT_EQ(direct_ops(p->iep), ops + 1) << "a write posted after one per poll waited for the next poll";
+    poll_for(p->icq, 1);
+  }
+  // Eight back to back: all but the first go in one batch.
+  bool batch = false;
+  for (int round = 0; round < 20 && !batch; ++round) {
+    let_agent_look(*p);
+    Completion none[1];
+    (void)p->icq.poll(none);  // claims the queue again
+    const std::uint64_t before = batched(p->iep);
+    for (std::uint64_t i = 0; i < 8; ++i) ASSERT_OK(p->iep.write({&seg, 1}, p->rr, 0, 100 + i));
+    poll_for(p->icq, 8);
+    batch = batched(p->iep) >= before + 7;
+  }
+  EXPECT_TRUE(batch) << "in 20 rounds, writes posted back to back after a latency loop never went in one batch";
+}
+
 TEST(SameHostGather, WritesOfABatchArePlacedInPostingOrder) {
   // Eight writes to the same bytes, each with its own fill: the last one
   // posted is what stays (one call copies the ranges in order).

@@ -235,6 +235,7 @@ int EndpointImpl::post_slot(OpSlot& s) {
 
 Result<void> EndpointImpl::submit(std::uint32_t index) {
   OpSlot& s = slots[index];
+  if (s.kind == OpSlot::Kind::write) note_write();
   if (!gathered.empty()) {
     // Another write posted back to back joins them; anything else places
     // them first (the operation comes after them in every respect).
@@ -385,8 +386,21 @@ bool EndpointImpl::gatherable(const OpSlot& s) const {
   if (s.kind != OpSlot::Kind::write || s.with_data || s.fence || s.check || s.done.length == 0 ||
       s.done.length >= direct::kSplitBytes || !direct_peer || state != EndpointState::connected || !zone->direct_gather)
     return false;
+  // One write per poll (the stretch before this write's had one, and it is
+  // the first since): the poll right after it would place it alone anyway.
+  if (burst_writes <= 1 && last_burst_writes <= 1) return false;
   return send_cq->claimed(std::chrono::steady_clock::now().time_since_epoch().count()) &&
          !direct_peer->shareable(s.rkey);
+}
+
+void EndpointImpl::note_write() {
+  const std::uint64_t polls = send_cq->polls.load(std::memory_order_relaxed);
+  if (polls != burst_polls) {
+    burst_polls = polls;
+    last_burst_writes = burst_writes;
+    burst_writes = 0;
+  }
+  if (burst_writes < UINT32_MAX) ++burst_writes;
 }
 
 void EndpointImpl::flush_gathered() {

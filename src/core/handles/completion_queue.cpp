@@ -72,6 +72,7 @@ void CqImpl::claim() {
   if (fd_given.load(std::memory_order_relaxed)) return;
   const auto now = std::chrono::steady_clock::now().time_since_epoch();
   user_until.store((now + std::chrono::nanoseconds(kUserDriveWindow)).count(), std::memory_order_relaxed);
+  polls.fetch_add(1, std::memory_order_relaxed);
 }
 
 CqImpl::~CqImpl() {
