@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -1414,6 +1415,50 @@ TEST_F(SameHostHugePages, MemoryUnmappedUnderARegionEndsTheJob) {
   ASSERT_TRUE(job->wait(10s)) << "the job went on over unmapped memory";
   EXPECT_EQ(job->error(), ENOMEM) << std::strerror(job->error());
   EXPECT_EQ(job->moved(), 0u);
+}
+
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kUnderThreadSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool kUnderThreadSanitizer = true;
+#else
+constexpr bool kUnderThreadSanitizer = false;
+#endif
+#else
+constexpr bool kUnderThreadSanitizer = false;
+#endif
+
+TEST_F(SameHostHugePages, AChildAfterForkHasItsOwnThreadAndLeavesTheParentsJobs) {
+  if (kUnderThreadSanitizer) GTEST_SKIP() << "ThreadSanitizer stops a child of a threaded process that starts a thread";
+  using detail::direct::HugePageJob;
+  // A job of the parent's, waiting for its untouched huge pages.
+  HugeArea waiting(huge, 2, /*no_huge_pages=*/false, /*untouched=*/2 * huge);
+  const std::shared_ptr<HugePageJob> job = HugePageJob::start(waiting.at, 2 * huge);
+  ASSERT_NE(job, nullptr);
+  ASSERT_TRUE(job->wait_passes(1, 10s));
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // No gtest here: the exit status says how it went. The parent's job is
+    // cancelled (its thread is not in this process, nor is its lock to be
+    // taken), and a job of the child's own is made by a thread of its own.
+    ::alarm(20);
+    job->cancel();
+    HugeArea touched(huge, 1);
+    const std::shared_ptr<HugePageJob> own = HugePageJob::start(touched.at, huge);
+    if (own == nullptr) ::_exit(2);
+    if (!own->wait(10s)) ::_exit(3);
+    ::_exit(own->moved() == huge && anon_huge_bytes(touched.at) == huge && touched.intact() ? 0 : 4);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child was killed (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: no job in the child; 3: its job was never made; 4: not moved";
+  // The child's cancel was its own: the parent's job still waits.
+  EXPECT_FALSE(job->ended());
+  job->cancel();
+  EXPECT_TRUE(job->wait(10s));
 }
 
 TEST_F(SameHostHugePages, DeregistrationStopsTheMove) {
