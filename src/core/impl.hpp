@@ -297,10 +297,6 @@ struct CqImpl {
   // Until this steady-clock time (ns) a user thread polling this queue
   // drives the progress of its endpoints; the agent stands back.
   std::atomic<std::int64_t> user_until{0};
-  // Polls that claimed the queue (claim()): the endpoints feeding it tell
-  // the writes a program posts back to back between two polls from one
-  // write per poll (EndpointImpl::note_write).
-  std::atomic<std::uint64_t> polls{0};
   // Threads asleep on wait_fd() that drive the queue each time they wake
   // (CompletionQueue::Sleeper, held by wait() and the faces' waits): while
   // there is one, the agent stands back too, so a completion is made by the
@@ -566,13 +562,16 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   // writes of a batch sent over the transport instead (tests look at them).
   std::vector<std::uint32_t> gathered REMORA_GUARDED_BY(mu);
   std::uint64_t gathered_bytes REMORA_GUARDED_BY(mu) = 0;
-  // Writes posted since the send queue's poll count was last seen to change
-  // (CqImpl::polls), and in the stretch before that: a program that posts
-  // one write per poll (one in flight, the usual latency loop) has each
-  // placed at once, as gathering would only hold it until that poll
-  // (EndpointImpl::note_write, gatherable). The stretch before the first
-  // counts as many, so the first writes a program posts are gathered.
-  std::uint64_t burst_polls REMORA_GUARDED_BY(mu) = 0;
+  // Writes posted since the posting thread's own poll count was last seen
+  // to change (polls_by_this_thread), and in the stretch before that: a
+  // thread that posts one write per poll (one in flight, the usual latency
+  // loop) has each placed at once, as gathering would only hold it until
+  // that poll (EndpointImpl::note_write, gatherable). A thread that never
+  // polls (another thread reaps its completions) goes on gathering. The
+  // stretch before the first counts as many, so the first writes a program
+  // posts are gathered.
+  static constexpr std::uint64_t kNoWriteYet = UINT64_MAX;
+  std::uint64_t burst_polls REMORA_GUARDED_BY(mu) = kNoWriteYet;
   std::uint32_t burst_writes REMORA_GUARDED_BY(mu) = 0;
   std::uint32_t last_burst_writes REMORA_GUARDED_BY(mu) = 2;
   std::atomic<std::uint64_t> direct_batched{0};
@@ -922,5 +921,9 @@ class Agent : public std::enable_shared_from_this<Agent> {
 };
 
 std::uint64_t next_object_id();
+/// Polls of a completion queue this thread made that claimed it
+/// (CqImpl::claim): an endpoint tells the writes a thread posts back to back
+/// between its polls from one write per poll (EndpointImpl::note_write).
+std::uint64_t polls_by_this_thread() noexcept;
 
 }  // namespace remora::detail

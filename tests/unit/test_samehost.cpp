@@ -1604,6 +1604,28 @@ TEST(SameHostGather, OneWritePerPollIsPlacedAtOnce) {
   EXPECT_TRUE(batch) << "in 20 rounds, writes posted back to back after a latency loop never went in one batch";
 }
 
+TEST(SameHostGather, WritesOfAThreadThatDoesNotPollAreGatheredForTheThreadThatDoes) {
+  // One thread posts, another reaps: the poster never polls, so its writes,
+  // one at a time, still wait for the reaper's next poll, which places them
+  // (on the reaper's time, not the poster's). Only a thread's own polls
+  // tell it posts one write per poll.
+  auto p = gathering_pair();
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  Segment seg(p->lmr, 0, 4096);
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    let_agent_look(*p);
+    std::thread([&] {
+      Completion none[1];
+      (void)p->icq.poll(none);  // claims the queue
+    }).join();
+    const std::uint64_t ops = direct_ops(p->iep);
+    ASSERT_OK(p->iep.write({&seg, 1}, p->rr, 0, i));
+    EXPECT_EQ(direct_ops(p->iep), ops) << "write " << i << " was placed by the thread that posted it";
+    std::thread([&] { poll_for(p->icq, 1); }).join();
+    EXPECT_EQ(direct_ops(p->iep), ops + 1);
+  }
+}
+
 TEST(SameHostGather, WritesOfABatchArePlacedInPostingOrder) {
   // Eight writes to the same bytes, each with its own fill: the last one
   // posted is what stays (one call copies the ranges in order).

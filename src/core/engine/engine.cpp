@@ -394,10 +394,12 @@ bool EndpointImpl::gatherable(const OpSlot& s) const {
 }
 
 void EndpointImpl::note_write() {
-  const std::uint64_t polls = send_cq->polls.load(std::memory_order_relaxed);
+  const std::uint64_t polls = polls_by_this_thread();
   if (polls != burst_polls) {
+    // (The endpoint's first write: the thread's earlier polls were not
+    // about it; the stretch before counts as many.)
+    if (burst_polls != kNoWriteYet) last_burst_writes = burst_writes;
     burst_polls = polls;
-    last_burst_writes = burst_writes;
     burst_writes = 0;
   }
   if (burst_writes < UINT32_MAX) ++burst_writes;

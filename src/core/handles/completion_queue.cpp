@@ -63,6 +63,10 @@ std::size_t CqImpl::take(std::span<Completion> out) {
   return n;
 }
 
+namespace {
+thread_local std::uint64_t polls_here = 0;  // polls_by_this_thread()
+}  // namespace
+
 void CqImpl::claim() {
   // A thread that uses the queue's descriptor sleeps on it between polls;
   // the agent keeps driving the endpoints meanwhile (it also wakes for
@@ -72,8 +76,10 @@ void CqImpl::claim() {
   if (fd_given.load(std::memory_order_relaxed)) return;
   const auto now = std::chrono::steady_clock::now().time_since_epoch();
   user_until.store((now + std::chrono::nanoseconds(kUserDriveWindow)).count(), std::memory_order_relaxed);
-  polls.fetch_add(1, std::memory_order_relaxed);
+  ++polls_here;
 }
+
+std::uint64_t polls_by_this_thread() noexcept { return polls_here; }
 
 CqImpl::~CqImpl() {
   MutexLock lock(watch_mu);
