@@ -642,7 +642,7 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// `s` may join the writes gathered for one cross-memory call.
   bool gatherable(const OpSlot& s) const REMORA_REQUIRES(mu);
   /// A plain write was posted: counts it into the writes posted since the
-  /// send queue's last poll.
+  /// posting thread's last poll.
   void note_write() REMORA_REQUIRES(mu);
   /// Place the gathered writes (Peer::write_many), in posting order; those
   /// it could not place go to the transport in order, a refused one fails

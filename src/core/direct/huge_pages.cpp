@@ -3,8 +3,8 @@
 
 #include <pthread.h>
 #include <sys/mman.h>
-
 #include <unistd.h>
+
 #include <cerrno>
 #include <condition_variable>
 #include <deque>
@@ -96,7 +96,7 @@ class HugePager {
         std::shared_ptr<HugePageJob> due = std::move(sleepers_[i]);
         if (i + 1 != sleepers_.size()) sleepers_[i] = std::move(sleepers_.back());
         sleepers_.pop_back();
-        (void)queue(std::move(due));
+        (void)keep(jobs_, std::move(due));
       }
       if (jobs_.empty()) {
         if (wake_at == std::chrono::steady_clock::time_point::max())
@@ -110,23 +110,19 @@ class HugePager {
       lock.unlock();
       const HugePageJob::Next next = job->step(huge, resident_.get(), entries_);
       lock.lock();
-      if (next == HugePageJob::Next::again) {
-        (void)queue(std::move(job));
-      } else if (next == HugePageJob::Next::later) {
-        try {
-          sleepers_.push_back(std::move(job));
-        } catch (...) {
-          job->ended_.store(true, std::memory_order_release);  // no memory: the rest stays as it is
-        }
-      }
+      if (next == HugePageJob::Next::again)
+        (void)keep(jobs_, std::move(job));
+      else if (next == HugePageJob::Next::later)
+        (void)keep(sleepers_, std::move(job));
     }
   }
 
-  /// Back into the queue (the lock held): false, the job ended, when there
-  /// is no memory for it.
-  bool queue(std::shared_ptr<HugePageJob> job) noexcept {
+  /// Into the queue or among the sleepers (the lock held): false, the job
+  /// ended, when there is no memory for it.
+  template <typename Jobs>
+  static bool keep(Jobs& into, std::shared_ptr<HugePageJob> job) noexcept {
     try {
-      jobs_.push_back(job);
+      into.push_back(job);
       return true;
     } catch (...) {
       job->ended_.store(true, std::memory_order_release);  // the rest stays as it is
@@ -231,11 +227,13 @@ void HugePageJob::cancel() noexcept {
   if (pager_ != nullptr && pager_ == HugePager::existing()) pager_->wake();
 }
 
+void HugePageJob::note_error(int e) noexcept {
+  int none = 0;
+  error_.compare_exchange_strong(none, e, std::memory_order_acq_rel);
+}
+
 HugePageJob::Next HugePageJob::end_with(int e) noexcept {
-  if (e != 0) {
-    int none = 0;
-    error_.compare_exchange_strong(none, e, std::memory_order_acq_rel);
-  }
+  if (e != 0) note_error(e);
   waiting_.store(0, std::memory_order_release);
   ended_.store(true, std::memory_order_release);
   return Next::ended;
@@ -297,8 +295,7 @@ HugePageJob::Next HugePageJob::collapse(std::uintptr_t at, std::size_t i, std::s
   // kernel), but maybe the next.
   if (e == EAGAIN) return Next::again;
   if (e == ENOMEM) return end_with(e);
-  int none = 0;
-  error_.compare_exchange_strong(none, e, std::memory_order_acq_rel);
+  note_error(e);
   done_[i] = true;
   --left_;
   return Next::again;

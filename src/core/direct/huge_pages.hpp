@@ -97,6 +97,8 @@ class HugePageJob {
   Next step(std::size_t huge, unsigned char* resident, std::size_t entries) noexcept;
   /// Asks the kernel for the huge page at `at` (index `i`).
   Next collapse(std::uintptr_t at, std::size_t i, std::size_t huge) noexcept;
+  /// Keeps `e` as error() unless one was kept before.
+  void note_error(int e) noexcept;
   Next end_with(int e) noexcept;
 
   const std::uintptr_t start_;
