@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "core/direct/copier.hpp"
+#include "unit_support.hpp"
 
 namespace {
 
@@ -234,22 +235,11 @@ TEST(Copier, ConcurrentCallersEachMoveTheirOwnBytes) {
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(bad[t], 0) << "thread " << t;
 }
 
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kThreadSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool kThreadSanitizer = true;
-#else
-constexpr bool kThreadSanitizer = false;
-#endif
-#else
-constexpr bool kThreadSanitizer = false;
-#endif
-
 TEST(Copier, AChildAfterForkHasItsOwnHelper) {
   // Make sure this process has a helper, then fork: the child's transfers
   // must neither wait for the parent's thread (not in the child) nor fail.
-  if (kThreadSanitizer) GTEST_SKIP() << "ThreadSanitizer stops a child of a threaded process that starts a thread";
+  if (unit::kUnderThreadSanitizer)
+    GTEST_SKIP() << "ThreadSanitizer stops a child of a threaded process that starts a thread";
   {
     std::vector<std::uint8_t> src(kSplitBytes * 2, 1), far(kSplitBytes * 2);
     iovec l{src.data(), src.size()};

@@ -1417,18 +1417,6 @@ TEST_F(SameHostHugePages, MemoryUnmappedUnderARegionEndsTheJob) {
   EXPECT_EQ(job->moved(), 0u);
 }
 
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kUnderThreadSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool kUnderThreadSanitizer = true;
-#else
-constexpr bool kUnderThreadSanitizer = false;
-#endif
-#else
-constexpr bool kUnderThreadSanitizer = false;
-#endif
-
 TEST_F(SameHostHugePages, AChildAfterForkHasItsOwnThreadAndLeavesTheParentsJobs) {
   if (kUnderThreadSanitizer) GTEST_SKIP() << "ThreadSanitizer stops a child of a threaded process that starts a thread";
   using detail::direct::HugePageJob;

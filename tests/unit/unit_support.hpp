@@ -31,6 +31,20 @@ inline constexpr std::chrono::milliseconds kWait{5000};
 /// How long "nothing happens" is watched for.
 inline constexpr std::chrono::milliseconds kQuiet{60};
 
+/// True in a ThreadSanitizer build (it stops a child of a threaded process
+/// that starts a thread: the fork tests skip there).
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kUnderThreadSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr bool kUnderThreadSanitizer = true;
+#else
+inline constexpr bool kUnderThreadSanitizer = false;
+#endif
+#else
+inline constexpr bool kUnderThreadSanitizer = false;
+#endif
+
 /// The value of a Result, or an exception (reported by gtest as a failure).
 template <class T>
 T must(Result<T> r, const char* what) {
