@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # bench/common.sh: helpers the benchmark scripts share (compare.sh,
-# samehost.sh, fio-latency.sh). Sourced, never run; needs python3.
+# samehost.sh, fio-latency.sh, fio-bandwidth.sh). Sourced, never run; needs python3.
 
 # A TCP port on 127.0.0.1 that nobody uses now.
 free_port() {
@@ -42,3 +42,25 @@ u = resource.getrusage(resource.RUSAGE_CHILDREN)
 with open(sys.argv[1], "w") as f:
     f.write(f"{u.ru_utime:.6f} {u.ru_stime:.6f}\n")
 sys.exit(rc if rc >= 0 else 128 - rc)'
+
+# fio_checked FIO LIB: prints the fio binary to run, FIO or, when FIO is
+# empty, the newest one compat/check-upstream.sh built from the fio mirror
+# (its cache, ${REMORA_UPSTREAM_CACHE:-${TMPDIR:-/tmp}/remora-upstream-cache}),
+# once it is executable and LIB holds Remora's librpma.so.0; otherwise says
+# why on stderr and returns 1. Use as: FIO=$(fio_checked "$FIO" "$LIB") || exit 2
+fio_checked() {
+    local fio=$1 lib=$2 me cache
+    me=$(basename "$0")
+    cache=${REMORA_UPSTREAM_CACHE:-${TMPDIR:-/tmp}/remora-upstream-cache}
+    if [[ -z "$fio" ]]; then
+        # shellcheck disable=SC2012 # the cache's names are ours: fio-<commit>-h<key>
+        fio=$(ls -t "$cache"/fio-*/src/fio 2>/dev/null | head -1 || true)
+        [[ -n "$fio" ]] || {
+            echo "$me: no fio built in $cache: run compat/check-upstream.sh first, or pass --fio" >&2
+            return 1
+        }
+    fi
+    [[ -x "$fio" ]] || { echo "$me: --fio: '$fio' is not executable" >&2; return 1; }
+    [[ -e "$lib/librpma.so.0" ]] || { echo "$me: --lib: no librpma.so.0 in '$lib'" >&2; return 1; }
+    echo "$fio"
+}

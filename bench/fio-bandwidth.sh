@@ -25,7 +25,6 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-CACHE=${REMORA_UPSTREAM_CACHE:-${TMPDIR:-/tmp}/remora-upstream-cache}
 FIO=""
 LIB=$ROOT/build/lib
 BS=64k,1m
@@ -53,12 +52,9 @@ done
 [[ "$IODEPTH" =~ ^[1-9][0-9]*$ ]] || die "--iodepth: a positive number"
 [[ "$RUNTIME" =~ ^[1-9][0-9]*$ ]] || die "--runtime: a whole number of seconds, at least 1"
 [[ "$BS" =~ ^[0-9]+[kKmM]?(,[0-9]+[kKmM]?)*$ ]] || die "--bs: sizes like 64k,1m"
-if [[ -z "$FIO" ]]; then
-    FIO=$(ls -t "$CACHE"/fio-*/src/fio 2>/dev/null | head -1 || true)
-    [[ -n "$FIO" ]] || die "no fio built in $CACHE: run compat/check-upstream.sh first, or pass --fio"
-fi
-[[ -x "$FIO" ]] || die "--fio: '$FIO' is not executable"
-[[ -e "$LIB/librpma.so.0" ]] || die "--lib: no librpma.so.0 in '$LIB'"
+# shellcheck source=bench/common.sh
+source "$ROOT/bench/common.sh"
+FIO=$(fio_checked "$FIO" "$LIB") || exit 2
 
 WORK=$(mktemp -d)
 SERVER_PID=""
@@ -70,9 +66,6 @@ cleanup() {
     rm -rf "$WORK"
 }
 trap cleanup EXIT
-
-# shellcheck source=bench/common.sh
-source "$ROOT/bench/common.sh"
 
 # huge_kib PID: the AnonHugePages (KiB) of PID's child (fio under timeout).
 huge_kib() {

@@ -24,7 +24,6 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-CACHE=${REMORA_UPSTREAM_CACHE:-${TMPDIR:-/tmp}/remora-upstream-cache}
 FIO=""
 LIB=$ROOT/build/lib
 ENGINE=apm
@@ -45,12 +44,9 @@ while [[ $# -gt 0 ]]; do
 done
 [[ "$ENGINE" == apm || "$ENGINE" == gpspm ]] || die "--engine: apm or gpspm"
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || die "--reps: a positive number"
-if [[ -z "$FIO" ]]; then
-    FIO=$(ls -t "$CACHE"/fio-*/src/fio 2>/dev/null | head -1 || true)
-    [[ -n "$FIO" ]] || die "no fio built in $CACHE: run compat/check-upstream.sh first, or pass --fio"
-fi
-[[ -x "$FIO" ]] || die "--fio: '$FIO' is not executable"
-[[ -e "$LIB/librpma.so.0" ]] || die "--lib: no librpma.so.0 in '$LIB'"
+# shellcheck source=bench/common.sh
+source "$ROOT/bench/common.sh"
+FIO=$(fio_checked "$FIO" "$LIB") || exit 2
 
 WORK=$(mktemp -d)
 SERVER_PID=""
@@ -59,9 +55,6 @@ cleanup() {
     rm -rf "$WORK"
 }
 trap cleanup EXIT
-
-# shellcheck source=bench/common.sh
-source "$ROOT/bench/common.sh"
 
 run_env=(env LD_LIBRARY_PATH="$LIB" PMEM_IS_PMEM_FORCE=1)
 for ((rep = 1; rep <= REPS; rep++)); do
