@@ -3,7 +3,10 @@
 // helper thread moves the second part (or the caller takes it back), and a
 // half that fails makes the whole transfer fail the way the caller expects.
 // The transfers here go to this process's own pid, as the same-host tests'
-// do; the fork test's child to its own.
+// do; the fork test's child to its own. write_ranges (the writes of a
+// batch) is tested the same way: every byte where one call would put it,
+// the last bytes of each write after the writes before it, overlapping
+// writes in one call, and a fault counting only writes placed in full.
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -27,7 +30,9 @@ namespace {
 using remora::detail::direct::copies_helped;
 using remora::detail::direct::copies_taken_back;
 using remora::detail::direct::cross_memory;
+using remora::detail::direct::kLastBytes;
 using remora::detail::direct::kSplitBytes;
+using remora::detail::direct::write_ranges;
 
 constexpr std::size_t kPage = 4096;
 
@@ -233,6 +238,185 @@ TEST(Copier, ConcurrentCallersEachMoveTheirOwnBytes) {
     });
   for (auto& th : threads) th.join();
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(bad[t], 0) << "thread " << t;
+}
+
+/// A batch of `n` writes of `len` bytes each into `far`, `gap` bytes apart
+/// (starting `gap` in), each from two local segments of `src` (cut at a
+/// third of the write): the local and remote lists write_ranges takes.
+struct Batch {
+  Batch(std::uint8_t* far, std::size_t n, std::size_t len, std::size_t gap, unsigned seed)
+      : src(pattern(n * len, seed)) {
+    for (std::size_t k = 0; k < n; ++k) {
+      std::uint8_t* from = src.data() + k * len;
+      local.push_back(iovec{from, len / 3});
+      local.push_back(iovec{from + len / 3, len - len / 3});
+      remote.push_back(iovec{far + gap + k * (len + gap), len});
+    }
+  }
+  ssize_t write(bool split) {
+    return write_ranges(::getpid(), local.data(), local.size(), remote.data(), remote.size(), split);
+  }
+  std::vector<std::uint8_t> src;
+  std::vector<iovec> local, remote;
+};
+
+TEST(Copier, TheWritesOfALargeBatchAreSplitIntoTwoListsAndMoveEveryByteAndNothingElse) {
+  // 16 writes of 64 KiB less 100 bytes, 100 bytes apart: no range starts or
+  // ends on a page boundary.
+  const std::size_t n = 16, len = 64 * 1024 - 100, gap = 100;
+  Pages far(n * 17);
+  ASSERT_NE(far.base, nullptr);
+  Batch b(far.base, n, len, gap, 11);
+  const std::uint64_t before = splits();
+  ASSERT_EQ(b.write(/*split=*/true), static_cast<ssize_t>(n * len)) << std::strerror(errno);
+  EXPECT_EQ(splits(), before + 1) << "a batch of " << n * len << " bytes was not split";
+  for (std::size_t k = 0; k < n; ++k) {
+    auto* at = static_cast<std::uint8_t*>(b.remote[k].iov_base);
+    EXPECT_EQ(0, std::memcmp(at, b.src.data() + k * len, len)) << "write " << k;
+    EXPECT_TRUE(std::all_of(at - gap, at, [](std::uint8_t v) { return v == 0xA5; })) << "before write " << k;
+  }
+  auto* end = static_cast<std::uint8_t*>(b.remote[n - 1].iov_base) + len;
+  EXPECT_TRUE(std::all_of(end, far.base + far.len, [](std::uint8_t v) { return v == 0xA5; }));
+
+  // Not split: below kSplitBytes, one range, or split off.
+  Batch small(far.base, 3, kSplitBytes / 4, gap, 12);
+  ASSERT_EQ(small.write(true), static_cast<ssize_t>(3 * (kSplitBytes / 4)));
+  Batch one(far.base, 1, kSplitBytes, gap, 13);
+  ASSERT_EQ(one.write(true), static_cast<ssize_t>(kSplitBytes));
+  Batch off(far.base, 8, kSplitBytes / 4, gap, 14);
+  ASSERT_EQ(off.write(false), static_cast<ssize_t>(2 * kSplitBytes));
+  EXPECT_EQ(splits(), before + 1);
+  for (std::size_t k = 0; k < 8; ++k)
+    EXPECT_EQ(0, std::memcmp(off.remote[k].iov_base, off.src.data() + k * (kSplitBytes / 4), kSplitBytes / 4));
+}
+
+TEST(Copier, OverlappingWritesOfABatchAreOneCallAndTheLastPostedStays) {
+  // Eight writes of 64 KiB into the same bytes, each its own pattern: two
+  // threads at once could leave an earlier write's bytes on top.
+  const std::size_t len = 64 * 1024;
+  Pages far(28);
+  ASSERT_NE(far.base, nullptr);
+  Batch b(far.base, 8, len, 0, 21);
+  for (auto& r : b.remote) r.iov_base = far.base + kPage;
+  b.remote[3].iov_base = far.base + kPage + len / 2;  // one overlaps only in part
+  const std::uint64_t before = splits();
+  ASSERT_EQ(b.write(true), static_cast<ssize_t>(8 * len));
+  EXPECT_EQ(splits(), before) << "overlapping writes were split";
+  EXPECT_EQ(0, std::memcmp(far.base + kPage, b.src.data() + 7 * len, len));
+  EXPECT_EQ(0, std::memcmp(far.base + kPage + len, b.src.data() + 3 * len + len / 2, len / 2));
+}
+
+TEST(Copier, TheLastBytesOfEachWriteOfASplitBatchLandAfterEveryWriteBeforeIt) {
+  // A program that polls the last byte of a write of a batch must find that
+  // write and all those posted before it in place once it changes. A
+  // watcher looks at the last byte of the batch's last write and, when it
+  // turns to the round's value, at the last byte of every page of the
+  // batch before it.
+  constexpr int kRounds = 3000;
+  const std::size_t n = 8, len = 64 * 1024;
+  Pages far(n * 16 + 1);
+  ASSERT_NE(far.base, nullptr);
+  std::atomic<int> round{0};
+  std::atomic<int> early{0};
+  std::atomic<bool> stop{false};
+  const std::size_t last = n * len;  // one past the last write's last byte, from far.base + kPage
+  std::uint8_t* const base = far.base + kPage;
+  std::thread watcher([&] {
+    auto at = [&](std::size_t i) { return std::atomic_ref<std::uint8_t>(base[i]).load(std::memory_order_acquire); };
+    while (!stop.load(std::memory_order_relaxed)) {
+      const int r = round.load(std::memory_order_acquire);
+      const auto want = static_cast<std::uint8_t>(r);
+      if (r == 0 || at(last - 1) != want) continue;
+      for (std::size_t i = kPage - 1; i < last; i += kPage)
+        if (at(i) != want && round.load(std::memory_order_acquire) == r) {
+          early.fetch_add(1);
+          break;
+        }
+      while (round.load(std::memory_order_acquire) == r && !stop.load(std::memory_order_relaxed)) {
+      }
+    }
+  });
+  std::vector<std::uint8_t> src(n * len);
+  std::vector<iovec> local, remote;
+  for (std::size_t k = 0; k < n; ++k) {
+    local.push_back(iovec{src.data() + k * len, len});
+    remote.push_back(iovec{base + k * len, len});  // back to back: disjoint
+  }
+  const std::uint64_t before = splits();
+  for (int r = 1; r <= kRounds; ++r) {
+    if ((r & 0xff) == 0xA5 || (r & 0xff) == 0) continue;  // the pages' own fill; a value already there
+    std::memset(src.data(), r & 0xff, src.size());
+    round.store(r, std::memory_order_release);
+    ASSERT_EQ(write_ranges(::getpid(), local.data(), n, remote.data(), n, true), static_cast<ssize_t>(n * len));
+  }
+  stop = true;
+  watcher.join();
+  EXPECT_GT(splits(), before);
+  EXPECT_EQ(early.load(), 0) << "the last byte of a batch was placed before the rest of it";
+}
+
+TEST(Copier, AFaultInASplitBatchCountsOnlyTheWritesPlacedInFull) {
+  // 16 writes of 64 KiB, each starting 64 bytes into a page: the first list
+  // is writes 0-7, the second 8-15. A page made inaccessible in one of them
+  // stops the count before that write.
+  const std::size_t n = 16, len = 64 * 1024;
+  auto start = [&](std::size_t k) { return k * len; };  // in the stream of the batch's bytes
+  struct Case {
+    const char* what;
+    std::size_t write;   // the write with the hole
+    std::size_t page;    // the hole: this page of the write's range
+    std::size_t expect;  // the result, or SIZE_MAX for "inside write `write`"
+  };
+  const Case cases[] = {
+      {"a hole in the first list (write 3)", 3, 5, SIZE_MAX},
+      {"a hole in the second list (write 12): only the first list counts", 12, 5, start(8)},
+      {"a hole in write 14's last bytes only: writes 0-13 count", 14, 16, start(14)},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    Pages far(n * 17 + 2);
+    ASSERT_NE(far.base, nullptr);
+    std::vector<std::uint8_t> src = pattern(n * len, 31);
+    std::vector<iovec> local, remote;
+    for (std::size_t k = 0; k < n; ++k) {
+      local.push_back(iovec{src.data() + k * len, len});
+      remote.push_back(iovec{far.base + kPage + kLastBytes + k * (len + kPage), len});
+    }
+    // The write's pages: its range starts kLastBytes into a page, so its
+    // 17th page (16) holds only its last kLastBytes.
+    auto* hole = reinterpret_cast<std::uint8_t*>(
+        (reinterpret_cast<std::uintptr_t>(remote[c.write].iov_base) & ~std::uintptr_t{kPage - 1}) + c.page * kPage);
+    ASSERT_EQ(::mprotect(hole, kPage, PROT_NONE), 0);
+    const std::uint64_t before = splits();
+    errno = 0;
+    const ssize_t moved = write_ranges(::getpid(), local.data(), n, remote.data(), n, true);
+    EXPECT_EQ(splits(), before + 1);
+    if (c.expect == SIZE_MAX) {
+      EXPECT_GE(moved, static_cast<ssize_t>(start(c.write)));
+      EXPECT_LT(moved, static_cast<ssize_t>(start(c.write + 1)));
+    } else {
+      EXPECT_EQ(moved, static_cast<ssize_t>(c.expect));
+    }
+    EXPECT_EQ(errno, EFAULT);
+    // The writes counted are all there.
+    for (std::size_t k = 0; moved > 0 && start(k + 1) <= static_cast<std::size_t>(moved); ++k)
+      EXPECT_EQ(0, std::memcmp(remote[k].iov_base, src.data() + k * len, len)) << "write " << k;
+    ASSERT_EQ(::mprotect(hole, kPage, PROT_READ | PROT_WRITE), 0);
+  }
+}
+
+TEST(Copier, ABatchToAPeerThatIsGoneIsReportedAsGone) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  std::vector<std::uint8_t> src(kSplitBytes * 2, 1), far(kSplitBytes * 2 + 64);
+  iovec l{src.data(), src.size()};
+  iovec r[2] = {iovec{far.data(), kSplitBytes}, iovec{far.data() + kSplitBytes + 64, kSplitBytes}};
+  errno = 0;
+  EXPECT_EQ(write_ranges(child, &l, 1, r, 2, true), -1);
+  EXPECT_EQ(errno, ESRCH);
 }
 
 TEST(Copier, AChildAfterForkHasItsOwnHelper) {

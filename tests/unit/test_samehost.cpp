@@ -1477,13 +1477,13 @@ TEST_F(SameHostHugePages, DeregistrationStopsTheMove) {
 
 std::uint64_t batched(const Endpoint& ep) { return ep.impl()->direct_batched.load(); }
 
-/// A connected pair with 64 KiB on each side, the path on, and the
-/// initiator's queue polled (claimed) just now.
-std::unique_ptr<Pair> gathering_pair() {
+/// A connected pair with `size` bytes on each side (64 KiB unless said),
+/// the path on.
+std::unique_ptr<Pair> gathering_pair(std::size_t size = 64 * 1024) {
   ::setenv("REMORA_SAMEHOST", "1", 1);
   PairOptions o;
-  o.target_size = 64 * 1024;
-  o.local_size = 64 * 1024;
+  o.target_size = size;
+  o.local_size = size;
   auto p = std::make_unique<Pair>(o);
   ::unsetenv("REMORA_SAMEHOST");
   return p;
@@ -1640,6 +1640,82 @@ TEST(SameHostGather, WritesOfABatchArePlacedInPostingOrder) {
     if (batched(p->iep) > before) return;
   }
   ADD_FAILURE() << "in 20 rounds, no batch: the order was not tested";
+}
+
+/// Rounds (at most 20) of eight 64 KiB writes posted back to back right
+/// after a poll, write i from local block i to target block `to(i)` (each
+/// round its own fill), until one round went in one batch: true then. Every
+/// round's writes must complete in posting order and be in place.
+template <typename To>
+bool large_batch(Pair& p, To to) {
+  constexpr std::size_t kLen = 64 * 1024;
+  for (int round = 0; round < 20; ++round) {
+    for (std::size_t i = 0; i < 8; ++i)
+      std::memset(p.local_mem.data() + i * kLen, static_cast<int>(0x30 + round * 8 + i), kLen);
+    let_agent_look(p);
+    Completion none[1];
+    (void)p.icq.poll(none);
+    const std::uint64_t before = batched(p.iep);
+    for (std::size_t i = 0; i < 8; ++i) {
+      Segment seg(p.lmr, i * kLen, kLen);
+      EXPECT_OK(p.iep.write({&seg, 1}, p.rr, to(i) * kLen, i));
+    }
+    auto c = collect(p.icq, 8);
+    EXPECT_EQ(c.size(), 8u);
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      EXPECT_FALSE(c[i].status) << describe(c[i]);
+      EXPECT_EQ(c[i].cookie, i) << "completions out of posting order";
+    }
+    // What one call in posting order leaves: for each target block, the
+    // last write posted to it.
+    for (std::size_t i = 0; i < 8; ++i) {
+      bool later = false;
+      for (std::size_t k = i + 1; k < 8; ++k) later = later || to(k) == to(i);
+      if (later) continue;
+      const auto want = static_cast<std::uint8_t>(0x30 + round * 8 + i);
+      EXPECT_TRUE(std::all_of(p.target_mem.begin() + static_cast<std::ptrdiff_t>(to(i) * kLen),
+                              p.target_mem.begin() + static_cast<std::ptrdiff_t>((to(i) + 1) * kLen),
+                              [&](std::uint8_t b) { return b == want; }))
+          << "round " << round << ": target block " << to(i) << " does not hold write " << i;
+    }
+    if (batched(p.iep) == before + 8) return true;
+  }
+  return false;
+}
+
+TEST(SameHostGather, LargeDisjointWritesOfABatchArePlacedByTwoThreads) {
+  // Eight 64 KiB writes to eight blocks (512 KiB, past kSplitBytes): the
+  // batch is cut in two lists, moved at once by this thread and the helper
+  // (copier.hpp, write_ranges).
+  auto p = gathering_pair(8 * 64 * 1024);
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  const std::uint64_t before = splits();
+  EXPECT_TRUE(large_batch(*p, [](std::size_t i) { return 7 - i; }))
+      << "in 20 rounds, eight writes posted back to back never went in one batch";
+  EXPECT_GT(splits(), before) << "a batch of eight 64 KiB writes to disjoint blocks was not split";
+  EXPECT_EQ(p->iep.state(), EndpointState::connected);
+}
+
+TEST(SameHostGather, OverlappingWritesOfALargeBatchAreOneCall) {
+  // The same into two blocks, four writes each: split over two threads, an
+  // earlier write could land on top of a later one.
+  auto p = gathering_pair(8 * 64 * 1024);
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  const std::uint64_t before = splits();
+  EXPECT_TRUE(large_batch(*p, [](std::size_t i) { return i % 2; }))
+      << "in 20 rounds, eight writes posted back to back never went in one batch";
+  EXPECT_EQ(splits(), before) << "overlapping writes were split";
+}
+
+TEST(SameHostGather, TheEnvironmentKeepsLargeBatchesOnOneThread) {
+  ::setenv("REMORA_COPY_HELPER", "0", 1);
+  auto p = gathering_pair(8 * 64 * 1024);
+  ::unsetenv("REMORA_COPY_HELPER");
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  const std::uint64_t before = splits();
+  EXPECT_TRUE(large_batch(*p, [](std::size_t i) { return i; }))
+      << "in 20 rounds, eight writes posted back to back never went in one batch";
+  EXPECT_EQ(splits(), before) << "REMORA_COPY_HELPER=0, and a batch was split";
 }
 
 TEST(SameHostGather, PollsAfterAWaitStillGather) {

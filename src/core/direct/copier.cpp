@@ -18,8 +18,14 @@ namespace {
 std::atomic<std::uint64_t> helped{0};
 std::atomic<std::uint64_t> taken_back{0};
 
+static_assert(kMaxRangeSegments == kMaxRanges * kMaxLocal);
+
+ssize_t one_call(pid_t pid, bool write, const iovec* local, std::size_t n, const iovec* remote,
+                 std::size_t nr) noexcept {
+  return write ? ::process_vm_writev(pid, local, n, remote, nr, 0) : ::process_vm_readv(pid, local, n, remote, nr, 0);
+}
 ssize_t one_call(pid_t pid, bool write, const iovec* local, std::size_t n, iovec remote) noexcept {
-  return write ? ::process_vm_writev(pid, local, n, &remote, 1, 0) : ::process_vm_readv(pid, local, n, &remote, 1, 0);
+  return one_call(pid, write, local, n, &remote, 1);
 }
 
 void relax() noexcept {
@@ -30,15 +36,17 @@ void relax() noexcept {
 #endif
 }
 
-/// The second part of one split transfer. Written by the caller before it
-/// posts the job, read by the helper after it claims it; the result the
-/// other way round (the state's release and acquire order both).
+/// The second part of one split transfer (or list of writes). Written by
+/// the caller before it posts the job, read by the helper after it claims
+/// it; the result the other way round (the state's release and acquire
+/// order both).
 struct Job {
   pid_t pid = 0;
   bool write = false;
-  iovec local[kMaxLocal + 1] = {};  // a cut segment adds one
+  iovec local[kMaxRangeSegments + 1] = {};  // a cut segment adds one
   std::size_t n = 0;
-  iovec remote{};
+  iovec remote[kMaxRanges] = {};
+  std::size_t nr = 0;
   ssize_t moved = 0;
   int err = 0;
 };
@@ -104,7 +112,7 @@ class Helper {
       int expected = kPosted;
       if (!state_.compare_exchange_strong(expected, kRunning, std::memory_order_acq_rel)) continue;  // taken back
       errno = 0;
-      job_.moved = one_call(job_.pid, job_.write, job_.local, job_.n, job_.remote);
+      job_.moved = one_call(job_.pid, job_.write, job_.local, job_.n, job_.remote, job_.nr);
       job_.err = errno;
       state_.store(kDone, std::memory_order_release);
     }
@@ -186,7 +194,8 @@ ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, i
   job.pid = pid;
   job.write = write;
   job.n = slice(local, n, cut, tail, job.local);
-  job.remote = iovec{reinterpret_cast<void*>(base + cut), tail - cut};
+  job.remote[0] = iovec{reinterpret_cast<void*>(base + cut), tail - cut};
+  job.nr = 1;
   h->post();
 
   iovec mine[kMaxLocal + 1];
@@ -197,7 +206,7 @@ ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, i
   int err2 = 0;
   if (h->take_back()) {
     errno = 0;
-    moved2 = one_call(pid, write, job.local, job.n, job.remote);
+    moved2 = one_call(pid, write, job.local, job.n, job.remote, job.nr);
     err2 = errno;
     taken_back.fetch_add(1, std::memory_order_relaxed);
   } else {
@@ -233,6 +242,116 @@ ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, i
   }
   errno = EFAULT;
   return moved1 + moved2 + std::max<ssize_t>(moved3, 0);  // short: fewer bytes than asked
+}
+
+namespace {
+
+/// No two of the ranges share a byte.
+bool disjoint(const iovec* remote, std::size_t nr) noexcept {
+  for (std::size_t a = 0; a < nr; ++a)
+    for (std::size_t b = a + 1; b < nr; ++b) {
+      const auto a0 = reinterpret_cast<std::uintptr_t>(remote[a].iov_base);
+      const auto b0 = reinterpret_cast<std::uintptr_t>(remote[b].iov_base);
+      if (remote[a].iov_len != 0 && remote[b].iov_len != 0 && a0 < b0 + remote[b].iov_len &&
+          b0 < a0 + remote[a].iov_len)
+        return false;
+    }
+  return true;
+}
+
+}  // namespace
+
+ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec* remote, std::size_t nr,
+                     bool split) noexcept {
+  std::size_t total = 0;
+  for (std::size_t k = 0; k < nr; ++k) total += remote[k].iov_len;
+  if (!split || nr < 2 || nr > kMaxRanges || nl > kMaxRangeSegments || total < kSplitBytes || !disjoint(remote, nr))
+    return one_call(pid, true, local, nl, remote, nr);
+  std::size_t local_len = 0;
+  for (std::size_t i = 0; i < nl; ++i) local_len += local[i].iov_len;
+  if (local_len != total) return one_call(pid, true, local, nl, remote, nr);
+
+  // The first list: writes [0, j), whose bytes come closest to half.
+  std::size_t j = 1, first = remote[0].iov_len;
+  while (j + 1 < nr && 2 * (first + remote[j].iov_len) <= total + remote[j].iov_len) first += remote[j++].iov_len;
+  Helper* h = Helper::get();
+  if (h == nullptr || !h->claim()) return one_call(pid, true, local, nl, remote, nr);
+
+  // The second list for the helper, each write without its last bytes; the
+  // last bytes apart, for this thread once both lists are done.
+  Job& job = h->job();
+  job.pid = pid;
+  job.write = true;
+  job.n = 0;
+  job.nr = 0;
+  iovec tails_local[kMaxRangeSegments], tails_remote[kMaxRanges];
+  std::size_t tn = 0, tr = 0, second = 0, last = 0;
+  for (std::size_t k = j, at = first; k < nr; at += remote[k++].iov_len) {
+    const std::size_t len = remote[k].iov_len, keep = std::min(len, kLastBytes);
+    auto* const base = static_cast<char*>(remote[k].iov_base);
+    if (len > keep) {
+      job.n += slice(local, nl, at, at + len - keep, job.local + job.n);
+      job.remote[job.nr++] = iovec{base, len - keep};
+      second += len - keep;
+    }
+    if (keep > 0) {
+      tn += slice(local, nl, at + len - keep, at + len, tails_local + tn);
+      tails_remote[tr++] = iovec{base + (len - keep), keep};
+      last += keep;
+    }
+  }
+  if (job.nr > 0) h->post();
+
+  errno = 0;
+  const ssize_t moved1 = one_call(pid, true, local, nl, remote, j);
+  const int err1 = errno;
+  ssize_t moved2 = 0;
+  int err2 = 0;
+  if (job.nr == 0) {
+    // Nothing for the helper: every write of the second list fits in its last bytes.
+  } else if (h->take_back()) {
+    errno = 0;
+    moved2 = one_call(pid, true, job.local, job.n, job.remote, job.nr);
+    err2 = errno;
+    taken_back.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    h->wait_done();
+    moved2 = job.moved;
+    err2 = job.err;
+    helped.fetch_add(1, std::memory_order_relaxed);
+  }
+  h->release();
+
+  ssize_t moved3 = -1;
+  int err3 = 0;
+  if (moved1 == static_cast<ssize_t>(first) && moved2 == static_cast<ssize_t>(second)) {
+    errno = 0;
+    moved3 = one_call(pid, true, tails_local, tn, tails_remote, tr);
+    err3 = errno;
+    if (moved3 == static_cast<ssize_t>(last)) return static_cast<ssize_t>(total);
+  }
+  for (const auto& [moved, err] : {std::pair{moved1, err1}, std::pair{moved2, err2}, std::pair{moved3, err3}})
+    if (moved < 0 && (err == EPERM || err == ESRCH)) {
+      errno = err;
+      return -1;
+    }
+  if (moved1 < 0) {
+    errno = err1;
+    return -1;
+  }
+  errno = EFAULT;
+  if (moved1 < static_cast<ssize_t>(first) || moved2 != static_cast<ssize_t>(second))
+    return std::min(moved1, static_cast<ssize_t>(first));  // the second list's writes lack their last bytes
+  // Short in the last bytes: the writes of the second list whose last bytes
+  // all landed are placed in full.
+  std::size_t placed = first, tails_moved = static_cast<std::size_t>(std::max<ssize_t>(moved3, 0));
+  for (std::size_t k = j; k < nr; ++k) {
+    const std::size_t keep = std::min(remote[k].iov_len, kLastBytes);
+    if (tails_moved < keep) break;
+    tails_moved -= keep;
+    placed += remote[k].iov_len;
+  }
+  return static_cast<ssize_t>(placed);
 }
 
 std::uint64_t copies_helped() noexcept { return helped.load(std::memory_order_relaxed); }

@@ -29,6 +29,10 @@ namespace remora::detail::direct {
 constexpr std::size_t kSplitBytes = 256 * 1024;
 /// The last bytes of a split transfer, moved after the rest.
 constexpr std::size_t kLastBytes = 64;
+/// At most this many ranges in one write_ranges call (Peer::kMaxBatch).
+constexpr std::size_t kMaxRanges = 16;
+/// At most this many local segments in one write_ranges call.
+constexpr std::size_t kMaxRangeSegments = kMaxRanges * 8;
 
 /// False when REMORA_COPY_HELPER turns the helper off ("0", "off", "no",
 /// "false"); true when it is unset or turns it on. Any other value is
@@ -47,6 +51,25 @@ bool gather_allowed_by_environment() noexcept;
 /// a half failed (EPERM or ESRCH first, as they mean the peer is out of
 /// reach), else fewer bytes than asked (a short half).
 ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, iovec remote, bool split) noexcept;
+
+/// process_vm_writev from `local` (`nl` segments) into the ranges `remote`
+/// (`nr`, at most kMaxRanges), which take the local bytes in order: the
+/// writes of a batch, placed in order. When `split` is true, the ranges are
+/// two or more, hold at least kSplitBytes together and none overlaps
+/// another, the writes are cut in two lists at the write boundary nearest
+/// the middle byte: this thread moves the first list while the helper moves
+/// the second, each write of it but for its last kLastBytes; once both are
+/// done, this thread moves those last bytes, in order. So the last bytes of
+/// each write land after every byte of the writes before it and of itself,
+/// as with one call; only the bodies of the second list may land before the
+/// first list's (disjoint ranges: the end result is the same). The result:
+/// the whole length when all was moved; -1 with errno (EPERM or ESRCH first,
+/// as they mean the peer is out of reach; else the first list's) when a
+/// call failed before anything of the leading writes could be counted; else
+/// a length that covers only writes placed in full (every range wholly
+/// inside the first that many bytes is), with errno EFAULT.
+ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec* remote, std::size_t nr,
+                     bool split) noexcept;
 
 /// Transfers whose second part the helper moved, in this process (tests,
 /// remora-info).

@@ -527,7 +527,9 @@ Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, st
   return Outcome::tcp;  // the entry kept changing
 }
 
-std::size_t Peer::write_many(std::span<Write> batch) {
+static_assert(Peer::kMaxBatch == kMaxRanges && Peer::kMaxBatch * kMaxLocal == kMaxRangeSegments);
+
+std::size_t Peer::write_many(std::span<Write> batch, bool split) {
   std::size_t placed = 0;
   while (placed < batch.size()) {
     // A run of writes into memory not shareable here, from `placed` on: each
@@ -579,9 +581,12 @@ std::size_t Peer::write_many(std::span<Write> batch) {
       int err = ESRCH;
       if (peer_alive()) {
         errno = 0;
-        // One call: the kernel copies the ranges one after the other, so
-        // the writes are placed in posting order, as on one connection.
-        moved = ::process_vm_writev(pid_, liov, nl, riov, run, 0);
+        // One call, where the kernel copies the ranges one after the other,
+        // so the writes are placed in posting order, as on one connection;
+        // or, when `split` and they are large and disjoint, two lists at
+        // once, with each write's last bytes placed in order after them
+        // (copier.hpp, write_ranges).
+        moved = write_ranges(pid_, liov, nl, riov, run, split);
         err = errno;
       }
       for (std::size_t k = 0; k < run; ++k) leave(entered[k]);

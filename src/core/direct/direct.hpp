@@ -219,8 +219,11 @@ class Peer {
   /// memory that is not mapped here go in one process_vm_writev call (its
   /// remote side a list of ranges), each other one as transfer() places it.
   /// Stops at the first write not placed, whose outcome says why (the
-  /// writes after it are untouched). Returns how many were placed.
-  std::size_t write_many(std::span<Write> batch);
+  /// writes after it are left to the caller). Returns how many were placed.
+  /// When `split`, a call's writes may be placed by two threads at once
+  /// (write_ranges): the last bytes of each still land after every byte of
+  /// the writes before it.
+  std::size_t write_many(std::span<Write> batch, bool split);
   /// The 8-byte atomic write as an atomic store through the mapping of a
   /// shareable entry, after the target's checks. `done`, or `tcp` for
   /// anything else (not shareable, not mappable, a failed check: the

@@ -420,7 +420,7 @@ void EndpointImpl::flush_gathered() {
   }
   gathered.clear();
   gathered_bytes = 0;
-  const std::size_t placed = direct_peer ? direct_peer->write_many({writes, n}) : 0;
+  const std::size_t placed = direct_peer ? direct_peer->write_many({writes, n}, zone->direct_split) : 0;
   for (std::size_t k = 0; k < placed; ++k) {
     direct_ops.fetch_add(1, std::memory_order_relaxed);
     if (writes[k].mapped) direct_mapped_ops.fetch_add(1, std::memory_order_relaxed);
