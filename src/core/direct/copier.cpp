@@ -246,17 +246,44 @@ ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, i
 
 namespace {
 
-/// No two of the ranges share a byte.
-bool disjoint(const iovec* remote, std::size_t nr) noexcept {
-  for (std::size_t a = 0; a < nr; ++a)
-    for (std::size_t b = a + 1; b < nr; ++b) {
-      const auto a0 = reinterpret_cast<std::uintptr_t>(remote[a].iov_base);
-      const auto b0 = reinterpret_cast<std::uintptr_t>(remote[b].iov_base);
-      if (remote[a].iov_len != 0 && remote[b].iov_len != 0 && a0 < b0 + remote[b].iov_len &&
-          b0 < a0 + remote[a].iov_len)
-        return false;
-    }
+/// One write of a batch, as write_ranges cuts it: its remote range
+/// [at, at + len), its first byte's place in the batch's local bytes, and
+/// where its last bytes start (`body`: at + len - min(len, kLastBytes)).
+struct Cut {
+  std::uintptr_t at = 0, body = 0, end = 0;
+  std::size_t from = 0;  // in the local bytes
+};
+
+/// True when no write's last bytes fall in the body of a write posted after
+/// it: the last bytes are placed after every body, so such a write would
+/// leave its bytes on top of the later one's.
+bool tails_stay_last(const Cut* w, std::size_t nr) noexcept {
+  for (std::size_t k = 0; k < nr; ++k)
+    for (std::size_t j = k + 1; j < nr; ++j)
+      if (w[k].body < w[k].end && w[j].at < w[j].body && w[k].body < w[j].body && w[j].at < w[k].end) return false;
   return true;
+}
+
+/// The bytes of the writes' bodies below address `c`.
+std::size_t below(const Cut* w, std::size_t nr, std::uintptr_t c) noexcept {
+  std::size_t n = 0;
+  for (std::size_t k = 0; k < nr; ++k)
+    if (c > w[k].at) n += std::min(c, w[k].body) - w[k].at;
+  return n;
+}
+
+/// How many writes, from the first, have their piece in a list (`lo` and
+/// `hi` bound the list's addresses) wholly moved, when the call moved
+/// `moved` bytes of those pieces in order (negative: none).
+std::size_t whole(const Cut* w, std::size_t nr, std::uintptr_t lo, std::uintptr_t hi, ssize_t moved) noexcept {
+  std::size_t left = moved < 0 ? 0 : static_cast<std::size_t>(moved);
+  for (std::size_t k = 0; k < nr; ++k) {
+    const std::uintptr_t a = std::max(w[k].at, lo), b = std::min(w[k].body, hi);
+    const std::size_t piece = a < b ? b - a : 0;
+    if (left < piece) return k;
+    left -= piece;
+  }
+  return nr;
 }
 
 }  // namespace
@@ -265,51 +292,77 @@ ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec*
                      bool split) noexcept {
   std::size_t total = 0;
   for (std::size_t k = 0; k < nr; ++k) total += remote[k].iov_len;
-  if (!split || nr < 2 || nr > kMaxRanges || nl > kMaxRangeSegments || total < kSplitBytes || !disjoint(remote, nr))
+  if (!split || nr < 2 || nr > kMaxRanges || nl > kMaxRangeSegments || total < kSplitBytes)
     return one_call(pid, true, local, nl, remote, nr);
   std::size_t local_len = 0;
   for (std::size_t i = 0; i < nl; ++i) local_len += local[i].iov_len;
   if (local_len != total) return one_call(pid, true, local, nl, remote, nr);
 
-  // The first list: writes [0, j), whose bytes come closest to half.
-  std::size_t j = 1, first = remote[0].iov_len;
-  while (j + 1 < nr && 2 * (first + remote[j].iov_len) <= total + remote[j].iov_len) first += remote[j++].iov_len;
+  Cut w[kMaxRanges];
+  std::size_t bodies = 0;
+  std::uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (std::size_t k = 0, from = 0; k < nr; from += remote[k++].iov_len) {
+    const auto at = reinterpret_cast<std::uintptr_t>(remote[k].iov_base);
+    const std::size_t len = remote[k].iov_len;
+    w[k] = Cut{at, at + len - std::min(len, kLastBytes), at + len, from};
+    bodies += w[k].body - at;
+    if (w[k].body > at) {
+      lo = std::min(lo, at);
+      hi = std::max(hi, w[k].body);
+    }
+  }
+  if (bodies == 0 || !tails_stay_last(w, nr)) return one_call(pid, true, local, nl, remote, nr);
+
+  // The cut: the lowest address with half the bodies' bytes below it (they
+  // grow with it), then the page boundary below that, so that no page of a
+  // body is pinned by both threads, unless that leaves nothing below it.
+  std::uintptr_t a = lo, b = hi;
+  while (a < b) {
+    const std::uintptr_t mid = a + (b - a) / 2;
+    if (2 * below(w, nr, mid) >= bodies)
+      b = mid;
+    else
+      a = mid + 1;
+  }
+  std::uintptr_t cut = a & ~std::uintptr_t{4095};
+  if (below(w, nr, cut) == 0) cut = a;
+  if (below(w, nr, cut) == 0 || below(w, nr, cut) == bodies) return one_call(pid, true, local, nl, remote, nr);
+
   Helper* h = Helper::get();
   if (h == nullptr || !h->claim()) return one_call(pid, true, local, nl, remote, nr);
 
-  // The second list for the helper, each write without its last bytes; the
-  // last bytes apart, for this thread once both lists are done.
+  // Every write's body cut at `cut`: the part below for this thread, the
+  // part above for the helper, each list in posting order (so every byte is
+  // moved by one thread only, the writes to it in posting order); then the
+  // last bytes of every write, in posting order.
   Job& job = h->job();
   job.pid = pid;
   job.write = true;
   job.n = 0;
   job.nr = 0;
-  iovec tails_local[kMaxRangeSegments], tails_remote[kMaxRanges];
-  std::size_t tn = 0, tr = 0, second = 0, last = 0;
-  for (std::size_t k = j, at = first; k < nr; at += remote[k++].iov_len) {
-    const std::size_t len = remote[k].iov_len, keep = std::min(len, kLastBytes);
-    auto* const base = static_cast<char*>(remote[k].iov_base);
-    if (len > keep) {
-      job.n += slice(local, nl, at, at + len - keep, job.local + job.n);
-      job.remote[job.nr++] = iovec{base, len - keep};
-      second += len - keep;
+  iovec first_local[kMaxRangeSegments], first_remote[kMaxRanges];
+  std::size_t fn = 0, fr = 0, first = 0, second = 0;
+  for (std::size_t k = 0; k < nr; ++k) {
+    const Cut& c = w[k];
+    if (const std::uintptr_t e = std::min(c.body, cut); c.at < e) {
+      fn += slice(local, nl, c.from, c.from + (e - c.at), first_local + fn);
+      first_remote[fr++] = iovec{reinterpret_cast<void*>(c.at), e - c.at};
+      first += e - c.at;
     }
-    if (keep > 0) {
-      tn += slice(local, nl, at + len - keep, at + len, tails_local + tn);
-      tails_remote[tr++] = iovec{base + (len - keep), keep};
-      last += keep;
+    if (const std::uintptr_t s0 = std::max(c.at, cut); s0 < c.body) {
+      job.n += slice(local, nl, c.from + (s0 - c.at), c.from + (c.body - c.at), job.local + job.n);
+      job.remote[job.nr++] = iovec{reinterpret_cast<void*>(s0), c.body - s0};
+      second += c.body - s0;
     }
   }
-  if (job.nr > 0) h->post();
+  h->post();
 
   errno = 0;
-  const ssize_t moved1 = one_call(pid, true, local, nl, remote, j);
+  const ssize_t moved1 = one_call(pid, true, first_local, fn, first_remote, fr);
   const int err1 = errno;
   ssize_t moved2 = 0;
   int err2 = 0;
-  if (job.nr == 0) {
-    // Nothing for the helper: every write of the second list fits in its last bytes.
-  } else if (h->take_back()) {
+  if (h->take_back()) {
     errno = 0;
     moved2 = one_call(pid, true, job.local, job.n, job.remote, job.nr);
     err2 = errno;
@@ -322,35 +375,41 @@ ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec*
   }
   h->release();
 
-  ssize_t moved3 = -1;
+  // The writes whose bodies are whole (all of them, unless a list came up
+  // short): their last bytes, in posting order.
+  const std::size_t bodies_whole = moved1 == static_cast<ssize_t>(first) && moved2 == static_cast<ssize_t>(second)
+                                       ? nr
+                                       : std::min(whole(w, nr, 0, cut, moved1), whole(w, nr, cut, UINTPTR_MAX, moved2));
+  ssize_t moved3 = 0;
   int err3 = 0;
-  if (moved1 == static_cast<ssize_t>(first) && moved2 == static_cast<ssize_t>(second)) {
+  std::size_t last = 0, placed = 0, done = 0;
+  if (bodies_whole > 0) {
+    iovec tails_local[kMaxRangeSegments], tails_remote[kMaxRanges];
+    std::size_t tn = 0, tr = 0;
+    for (std::size_t k = 0; k < bodies_whole; ++k) {
+      const Cut& c = w[k];
+      if (c.body == c.end) continue;
+      tn += slice(local, nl, c.from + (c.body - c.at), c.from + (c.end - c.at), tails_local + tn);
+      tails_remote[tr++] = iovec{reinterpret_cast<void*>(c.body), c.end - c.body};
+      last += c.end - c.body;
+    }
     errno = 0;
     moved3 = one_call(pid, true, tails_local, tn, tails_remote, tr);
     err3 = errno;
-    if (moved3 == static_cast<ssize_t>(last)) return static_cast<ssize_t>(total);
+    if (moved3 == static_cast<ssize_t>(last) && bodies_whole == nr) return static_cast<ssize_t>(total);
+    // The writes whose last bytes all landed are placed in full.
+    std::size_t left = moved3 < 0 ? 0 : static_cast<std::size_t>(moved3);
+    for (; done < bodies_whole && left >= w[done].end - w[done].body; ++done) {
+      left -= w[done].end - w[done].body;
+      placed += w[done].end - w[done].at;
+    }
   }
   for (const auto& [moved, err] : {std::pair{moved1, err1}, std::pair{moved2, err2}, std::pair{moved3, err3}})
     if (moved < 0 && (err == EPERM || err == ESRCH)) {
       errno = err;
       return -1;
     }
-  if (moved1 < 0) {
-    errno = err1;
-    return -1;
-  }
   errno = EFAULT;
-  if (moved1 < static_cast<ssize_t>(first) || moved2 != static_cast<ssize_t>(second))
-    return std::min(moved1, static_cast<ssize_t>(first));  // the second list's writes lack their last bytes
-  // Short in the last bytes: the writes of the second list whose last bytes
-  // all landed are placed in full.
-  std::size_t placed = first, tails_moved = static_cast<std::size_t>(std::max<ssize_t>(moved3, 0));
-  for (std::size_t k = j; k < nr; ++k) {
-    const std::size_t keep = std::min(remote[k].iov_len, kLastBytes);
-    if (tails_moved < keep) break;
-    tails_moved -= keep;
-    placed += remote[k].iov_len;
-  }
   return static_cast<ssize_t>(placed);
 }
 

@@ -54,20 +54,22 @@ ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, i
 
 /// process_vm_writev from `local` (`nl` segments) into the ranges `remote`
 /// (`nr`, at most kMaxRanges), which take the local bytes in order: the
-/// writes of a batch, placed in order. When `split` is true, the ranges are
-/// two or more, hold at least kSplitBytes together and none overlaps
-/// another, the writes are cut in two lists at the write boundary nearest
-/// the middle byte: this thread moves the first list while the helper moves
-/// the second, each write of it but for its last kLastBytes; once both are
-/// done, this thread moves those last bytes, in order. So the last bytes of
-/// each write land after every byte of the writes before it and of itself,
-/// as with one call; only the bodies of the second list may land before the
-/// first list's (disjoint ranges: the end result is the same). The result:
-/// the whole length when all was moved; -1 with errno (EPERM or ESRCH first,
-/// as they mean the peer is out of reach; else the first list's) when a
-/// call failed before anything of the leading writes could be counted; else
-/// a length that covers only writes placed in full (every range wholly
-/// inside the first that many bytes is), with errno EFAULT.
+/// writes of a batch, placed in posting order. When `split` is true and the
+/// ranges are two or more holding at least kSplitBytes together, each
+/// write's body (all but its last kLastBytes) is cut at one address, the
+/// page boundary below which half the bodies' bytes lie: this thread moves
+/// the parts below it, the helper those above, at once, each list in
+/// posting order, so every byte is moved by one thread, the writes to it in
+/// posting order; once both are done, this thread moves the last bytes of
+/// every write, in posting order. So the last bytes of each write land
+/// after every byte of the writes before it and of itself, as with one
+/// call; and the bytes left are those one call leaves, unless a write's
+/// last bytes lie in the body of a later write: such a batch is one call.
+/// The result: the whole length when all was moved; -1 with errno EPERM or
+/// ESRCH (the peer is out of reach) when a call failed so; else a length
+/// that covers only writes placed in full (every range wholly inside the
+/// first that many bytes is: the writes before the first one a list came up
+/// short in, whose last bytes all landed), with errno EFAULT.
 ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec* remote, std::size_t nr,
                      bool split) noexcept;
 

@@ -583,9 +583,10 @@ std::size_t Peer::write_many(std::span<Write> batch, bool split) {
         errno = 0;
         // One call, where the kernel copies the ranges one after the other,
         // so the writes are placed in posting order, as on one connection;
-        // or, when `split` and they are large and disjoint, two lists at
-        // once, with each write's last bytes placed in order after them
-        // (copier.hpp, write_ranges).
+        // or, when `split` and they are large, two threads at once, each
+        // for the writes' bytes on its side of one address, with each
+        // write's last bytes placed in order after them (copier.hpp,
+        // write_ranges).
         moved = write_ranges(pid_, liov, nl, riov, run, split);
         err = errno;
       }
