@@ -314,8 +314,8 @@ ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec*
   if (bodies == 0 || !tails_stay_last(w, nr)) return one_call(pid, true, local, nl, remote, nr);
 
   // The cut: the lowest address with half the bodies' bytes below it (they
-  // grow with it), then the page boundary below that, so that no page of a
-  // body is pinned by both threads, unless that leaves nothing below it.
+  // grow with it), then the page boundary nearest to it, so that no page of
+  // a body is pinned by both threads, unless that leaves all on one side.
   std::uintptr_t a = lo, b = hi;
   while (a < b) {
     const std::uintptr_t mid = a + (b - a) / 2;
@@ -324,8 +324,8 @@ ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec*
     else
       a = mid + 1;
   }
-  std::uintptr_t cut = a & ~std::uintptr_t{4095};
-  if (below(w, nr, cut) == 0) cut = a;
+  std::uintptr_t cut = (a + 2048) & ~std::uintptr_t{4095};
+  if (below(w, nr, cut) == 0 || below(w, nr, cut) == bodies) cut = a;
   if (below(w, nr, cut) == 0 || below(w, nr, cut) == bodies) return one_call(pid, true, local, nl, remote, nr);
 
   Helper* h = Helper::get();

@@ -57,7 +57,7 @@ ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, i
 /// writes of a batch, placed in posting order. When `split` is true and the
 /// ranges are two or more holding at least kSplitBytes together, each
 /// write's body (all but its last kLastBytes) is cut at one address, the
-/// page boundary below which half the bodies' bytes lie: this thread moves
+/// page boundary nearest the point that halves the bodies' bytes: this thread moves
 /// the parts below it, the helper those above, at once, each list in
 /// posting order, so every byte is moved by one thread, the writes to it in
 /// posting order; once both are done, this thread moves the last bytes of
