@@ -291,6 +291,34 @@ TEST(Copier, TheWritesOfALargeBatchAreSplitIntoTwoListsAndMoveEveryByteAndNothin
     EXPECT_EQ(0, std::memcmp(off.remote[k].iov_base, off.src.data() + k * (kSplitBytes / 4), kSplitBytes / 4));
 }
 
+TEST(Copier, ABatchWhoseLocalSegmentsCrossItsWritesIsPlacedAsOneCallWouldPlaceIt) {
+  // The local bytes are one stream, as for one call: segments need not end
+  // where writes do. 16 writes of 16401 bytes (262416 in all, just past
+  // kSplitBytes) from 128 local segments of 2050 bytes (the last longer),
+  // so that nearly every write starts and ends inside a segment.
+  const std::size_t n = 16, len = 16401, total = n * len, gap = 3000;
+  ASSERT_GE(total, kSplitBytes);
+  Pages far(n * 6 + 2);
+  ASSERT_NE(far.base, nullptr);
+  std::vector<std::uint8_t> src = pattern(total, 41);
+  std::vector<iovec> local, remote;
+  for (std::size_t i = 0; i < 128; ++i)
+    local.push_back(iovec{src.data() + i * 2050, i == 127 ? total - 127 * 2050 : 2050});
+  for (std::size_t k = 0; k < n; ++k) remote.push_back(iovec{far.base + gap + k * (len + gap), len});
+  const std::uint64_t before = splits();
+  ASSERT_EQ(write_ranges(::getpid(), local.data(), local.size(), remote.data(), n, true), static_cast<ssize_t>(total));
+  EXPECT_EQ(splits(), before + 1);
+  for (std::size_t k = 0; k < n; ++k)
+    EXPECT_EQ(0, std::memcmp(remote[k].iov_base, src.data() + k * len, len)) << "write " << k;
+  // And from one segment.
+  std::vector<std::uint8_t> src2 = pattern(total, 42);
+  iovec one{src2.data(), total};
+  ASSERT_EQ(write_ranges(::getpid(), &one, 1, remote.data(), n, true), static_cast<ssize_t>(total));
+  EXPECT_EQ(splits(), before + 2);
+  for (std::size_t k = 0; k < n; ++k)
+    EXPECT_EQ(0, std::memcmp(remote[k].iov_base, src2.data() + k * len, len)) << "write " << k;
+}
+
 TEST(Copier, WritesOfASplitBatchIntoTheSameBytesLeaveTheLastPosted) {
   // Eight writes of 64 KiB into the same bytes, each its own pattern (what
   // a benchmark writing one buffer over and over posts): cut by address,

@@ -19,6 +19,10 @@ std::atomic<std::uint64_t> helped{0};
 std::atomic<std::uint64_t> taken_back{0};
 
 static_assert(kMaxRangeSegments == kMaxRanges * kMaxLocal);
+/// The segments of one list of write_ranges: each piece takes the local
+/// segments its bytes lie in, and a segment that straddles two pieces (a
+/// write's segments need not end where it does) is counted in both.
+constexpr std::size_t kListSegments = kMaxRangeSegments + kMaxRanges;
 
 ssize_t one_call(pid_t pid, bool write, const iovec* local, std::size_t n, const iovec* remote,
                  std::size_t nr) noexcept {
@@ -43,7 +47,7 @@ void relax() noexcept {
 struct Job {
   pid_t pid = 0;
   bool write = false;
-  iovec local[kMaxRangeSegments + 1] = {};  // a cut segment adds one
+  iovec local[kListSegments] = {};  // a cut segment adds one
   std::size_t n = 0;
   iovec remote[kMaxRanges] = {};
   std::size_t nr = 0;
@@ -340,7 +344,7 @@ ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec*
   job.write = true;
   job.n = 0;
   job.nr = 0;
-  iovec first_local[kMaxRangeSegments], first_remote[kMaxRanges];
+  iovec first_local[kListSegments], first_remote[kMaxRanges];
   std::size_t fn = 0, fr = 0, first = 0, second = 0;
   for (std::size_t k = 0; k < nr; ++k) {
     const Cut& c = w[k];
@@ -384,7 +388,7 @@ ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec*
   int err3 = 0;
   std::size_t last = 0, placed = 0, done = 0;
   if (bodies_whole > 0) {
-    iovec tails_local[kMaxRangeSegments], tails_remote[kMaxRanges];
+    iovec tails_local[kListSegments], tails_remote[kMaxRanges];
     std::size_t tn = 0, tr = 0;
     for (std::size_t k = 0; k < bodies_whole; ++k) {
       const Cut& c = w[k];
