@@ -2,6 +2,7 @@
 // completion queues, shared receive queues and the data path of librpma.
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <utility>
@@ -23,6 +24,21 @@ using namespace rpma_compat;
 
 rpma_cq::~rpma_cq() {
   if (watch_fd >= 0) ::close(watch_fd);
+}
+
+int rpma_cq::watch() const noexcept {
+  std::lock_guard<std::mutex> lock(watch_mu);
+  if (watched) return 0;
+  // From here on the queue's eventfd follows its completions (raised now
+  // if some are waiting), and the agent drives its connections while the
+  // program sleeps on the descriptor.
+  const int fd = cq.fd();
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  if (fd < 0 || epoll_ctl(watch_fd, EPOLL_CTL_ADD, fd, &ev) != 0) return RPMA_E_PROVIDER;
+  watched = true;
+  return 0;
 }
 
 namespace {
@@ -62,7 +78,8 @@ int resolve_host(const char* addr, std::string& out) {
   return 0;
 }
 
-// A completion queue with the descriptor rpma_cq_get_fd() hands out.
+// A completion queue, with the descriptor rpma_cq_get_fd() hands out (its
+// queue's own joins it when the program first asks for it or waits).
 rpma_cq* new_cq(rpma_peer* peer, std::uint32_t size, int& rc) {
   auto cq = peer->zone.create_cq(size == 0 ? 1 : size);
   if (!cq) {
@@ -75,7 +92,7 @@ rpma_cq* new_cq(rpma_peer* peer, std::uint32_t size, int& rc) {
     return nullptr;
   }
   c->cq = std::move(*cq);
-  c->watch_fd = make_watch_fd({c->cq.fd()});
+  c->watch_fd = make_watch_fd({});  // the queue's descriptor joins on first need (rpma_cq::watch)
   if (c->watch_fd < 0) {
     delete c;
     rc = RPMA_E_PROVIDER;
@@ -626,6 +643,8 @@ int rpma_recv(struct rpma_conn* conn, struct rpma_mr_local* dst, size_t offset, 
 
 int rpma_cq_get_fd(const struct rpma_cq* cq, int* fd) {
   if (cq == nullptr || fd == nullptr) return RPMA_E_INVAL;
+  // The program will sleep on it: the queue's own descriptor joins now.
+  if (const int rc = cq->watch(); rc != 0) return rc;
   *fd = cq->watch_fd;
   return 0;
 }
@@ -633,6 +652,7 @@ int rpma_cq_get_fd(const struct rpma_cq* cq, int* fd) {
 int rpma_cq_wait(struct rpma_cq* cq) {
   if (cq == nullptr) return RPMA_E_INVAL;
   if (cq->shared) return RPMA_E_SHARED_CHANNEL;
+  if (const int rc = cq->watch(); rc != 0) return rc;
   const bool nonblocking = is_nonblocking(cq->watch_fd);
   const auto asleep = nonblocking ? remora::CompletionQueue::Sleeper() : cq->cq.sleeper();
   for (;;) {

@@ -77,6 +77,15 @@ struct rpma_cq {
   remora::CompletionQueue cq;
   int watch_fd = -1;    // what rpma_cq_get_fd() hands out
   bool shared = false;  // part of a connection's shared completion channel
+  // The queue's own descriptor joins watch_fd on first need (watch()), not
+  // when the queue is made: a queue whose descriptor was taken is left to
+  // the agent between polls and signals each completion on an eventfd, so a
+  // program that only polls (rpma_cq_get_wc) would pay for a descriptor it
+  // never uses, and its writes would not be gathered on the same-host path.
+  mutable std::mutex watch_mu;
+  mutable bool watched = false;
+  /// watch_fd with the queue's descriptor in it: 0, or RPMA_E_PROVIDER.
+  int watch() const noexcept;
   ~rpma_cq();
 };
 

@@ -1,6 +1,8 @@
 /* test_data.c - rpma_read/write/write_with_imm/atomic_write/flush/send/
  * send_with_imm/recv/srq_*, rpma_conn_req_recv, rpma_cq_* */
 #include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
 #include "common.h"
 
 #define SZ 4096
@@ -242,6 +244,41 @@ int main(void)
 	REQUIRE_OK(wait_wc(cq, &wc));
 	CHECK(wc.wr_id == 0x71 && wc.status != IBV_WC_SUCCESS);
 	rpma_mr_remote_delete(&forged);
+
+	/* ---- a queue's descriptor asked for after its completion came ----
+	 * The library gives a queue its own descriptor only when the program
+	 * first asks for it or waits (a queue that is only polled needs none).
+	 * A completion made before that must still make the descriptor
+	 * readable, and rpma_cq_wait must still return for it. A new pair: its
+	 * queues were never waited on. */
+	{
+		struct pair f;
+		pair_open_cfg(&f, peer, NULL, NULL, NULL, NULL, NULL, NULL);
+		struct rpma_cq *fcq;
+		REQUIRE_OK(rpma_conn_get_cq(f.client, &fcq));
+		EXPECT_OK(rpma_write(f.client, rp, 0, lmr, 0, 8, RPMA_F_COMPLETION_ALWAYS, (void *)0xa1));
+		usleep(200 * 1000); /* the completion is made meanwhile (by the library's own thread over tcp) */
+		int ffd = -1;
+		EXPECT_OK(rpma_cq_get_fd(fcq, &ffd));
+		struct pollfd pf = {ffd, POLLIN, 0};
+		CHECK(poll(&pf, 1, 10000) == 1 && (pf.revents & POLLIN));
+		EXPECT_OK(rpma_cq_get_wc(fcq, 1, &wc, NULL));
+		CHECK(wc.wr_id == 0xa1 && wc.status == IBV_WC_SUCCESS);
+		/* and the same through rpma_cq_wait on the server's queue, also
+		 * never waited on: a receive completed before the first wait */
+		struct rpma_cq *gcq;
+		REQUIRE_OK(rpma_conn_get_cq(f.server, &gcq));
+		EXPECT_OK(rpma_recv(f.server, lmr, 512, 64, (void *)0xa2));
+		strcpy(local + 3000, "early");
+		EXPECT_OK(rpma_send(f.client, lmr, 3000, 6, RPMA_F_COMPLETION_ON_ERROR, NULL));
+		usleep(200 * 1000);
+		alarm(30);
+		EXPECT_OK(rpma_cq_wait(gcq));
+		alarm(0);
+		EXPECT_OK(rpma_cq_get_wc(gcq, 1, &wc, NULL));
+		CHECK(wc.wr_id == 0xa2 && wc.opcode == IBV_WC_RECV && strcmp(local + 512, "early") == 0);
+		pair_close(&f);
+	}
 
 	rpma_mr_remote_delete(&rt);
 	rpma_mr_remote_delete(&rp);
