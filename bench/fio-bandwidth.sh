@@ -11,7 +11,7 @@
 # run (AnonHugePages of its /proc/PID/smaps_rollup).
 #
 #   bench/fio-bandwidth.sh [--fio FIO] [--lib DIR] [--bs LIST] [--iodepth N]
-#                          [--size BYTES] [--reps N] [--runtime S]
+#                          [--batch N] [--size BYTES] [--reps N] [--runtime S]
 #
 #   --fio      the fio binary built with the librpma engines; default: the
 #              one compat/rpma/check-rpma.sh built from the fio mirror (its
@@ -19,6 +19,9 @@
 #   --lib      directory holding Remora's librpma.so.0 (default build/lib)
 #   --bs       block sizes, comma-separated, fio's syntax (default 64k,1m)
 #   --iodepth  I/Os in flight (default 16)
+#   --batch    fio's iodepth_batch_submit: I/Os queued before the engine
+#              posts them (its writes, then one flush for a sequence of
+#              them; default 1, fio's default: a write and a flush each)
 #   --size     the server's workspace, fio's syntax (default 64MiB)
 #   --reps     repetitions (default 3)
 #   --runtime  seconds of one client run (default 5)
@@ -29,6 +32,7 @@ FIO=""
 LIB=$ROOT/build/lib
 BS=64k,1m
 IODEPTH=16
+BATCH=1
 SIZE=64MiB
 REPS=3
 RUNTIME=5
@@ -41,15 +45,17 @@ while [[ $# -gt 0 ]]; do
         --lib) LIB=$2; shift 2 ;;
         --bs) BS=$2; shift 2 ;;
         --iodepth) IODEPTH=$2; shift 2 ;;
+        --batch) BATCH=$2; shift 2 ;;
         --size) SIZE=$2; shift 2 ;;
         --reps) REPS=$2; shift 2 ;;
         --runtime) RUNTIME=$2; shift 2 ;;
-        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || die "--reps: a positive number"
 [[ "$IODEPTH" =~ ^[1-9][0-9]*$ ]] || die "--iodepth: a positive number"
+[[ "$BATCH" =~ ^[1-9][0-9]*$ ]] || die "--batch: a positive number"
 [[ "$RUNTIME" =~ ^[1-9][0-9]*$ ]] || die "--runtime: a whole number of seconds, at least 1"
 [[ "$BS" =~ ^[0-9]+[kKmM]?(,[0-9]+[kKmM]?)*$ ]] || die "--bs: sizes like 64k,1m"
 # shellcheck source=bench/common.sh
@@ -106,6 +112,7 @@ thread
 [client]
 numjobs=1
 iodepth=$IODEPTH
+iodepth_batch_submit=$BATCH
 rw=write
 blocksize=$bs
 time_based
@@ -146,11 +153,11 @@ EOF
     done
 done
 
-python3 - "$WORK/runs" "$REPS" "$IODEPTH" "$SIZE" "$RUNTIME" <<'EOF'
+python3 - "$WORK/runs" "$REPS" "$IODEPTH" "$SIZE" "$RUNTIME" "$BATCH" <<'EOF'
 import statistics, sys
-path, reps, qd, size, runtime = sys.argv[1:]
+path, reps, qd, size, runtime, batch = sys.argv[1:]
 rows = [l.split() for l in open(path)]
-print(f"fio librpma_apm_client rw=write, iodepth {qd}, server workspace {size} (malloc, untouched), "
+print(f"fio librpma_apm_client rw=write, iodepth {qd}, iodepth_batch_submit {batch}, server workspace {size} (malloc, untouched), "
       f"{runtime} s per run, {reps} repetitions, interleaved")
 print(f"{'rep':>4} {'bs':>5} {'huge pages':>10} {'GB/s':>7} {'CPU us/IO':>10} {'server MiB huge':>16}")
 for r in rows:
