@@ -8,7 +8,9 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <initializer_list>
 #include <thread>
+#include <utility>
 
 #include "core/direct/direct.hpp"
 
@@ -172,6 +174,36 @@ std::size_t slice(const iovec* local, std::size_t n, std::size_t from, std::size
   return count;
 }
 
+/// The second part of a split, once the caller's own part is done: moved
+/// here when the helper has not started it (taken back), else waited for;
+/// the job slot released either way. The bytes moved, or -1, with the
+/// call's errno in `err`.
+ssize_t second_part(Helper& h, int& err) noexcept {
+  Job& job = h.job();
+  ssize_t moved = 0;
+  if (h.take_back()) {
+    errno = 0;
+    moved = one_call(job.pid, job.write, job.local, job.n, job.remote, job.nr);
+    err = errno;
+    taken_back.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    h.wait_done();
+    moved = job.moved;
+    err = job.err;
+    helped.fetch_add(1, std::memory_order_relaxed);
+  }
+  h.release();
+  return moved;
+}
+
+/// The errno of the first part that failed with EPERM or ESRCH (the peer
+/// is out of reach, which outweighs a fault), else 0.
+int out_of_reach(std::initializer_list<std::pair<ssize_t, int>> parts) noexcept {
+  for (const auto& [moved, err] : parts)
+    if (moved < 0 && (err == EPERM || err == ESRCH)) return err;
+  return 0;
+}
+
 }  // namespace
 
 ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, iovec remote, bool split) noexcept {
@@ -206,20 +238,8 @@ ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, i
   errno = 0;
   const ssize_t moved1 = one_call(pid, write, mine, slice(local, n, 0, cut, mine), iovec{remote.iov_base, cut});
   const int err1 = errno;
-  ssize_t moved2 = 0;
   int err2 = 0;
-  if (h->take_back()) {
-    errno = 0;
-    moved2 = one_call(pid, write, job.local, job.n, job.remote, job.nr);
-    err2 = errno;
-    taken_back.fetch_add(1, std::memory_order_relaxed);
-  } else {
-    h->wait_done();
-    moved2 = job.moved;
-    err2 = job.err;
-    helped.fetch_add(1, std::memory_order_relaxed);
-  }
-  h->release();
+  const ssize_t moved2 = second_part(*h, err2);
 
   ssize_t moved3 = -1;
   int err3 = 0;
@@ -231,11 +251,10 @@ ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, i
     if (moved3 == static_cast<ssize_t>(len - tail)) return static_cast<ssize_t>(len);
   }
   // A failed part: the peer out of reach (EPERM, ESRCH) outweighs a fault.
-  for (const auto& [moved, err] : {std::pair{moved1, err1}, std::pair{moved2, err2}, std::pair{moved3, err3}})
-    if (moved < 0 && (err == EPERM || err == ESRCH)) {
-      errno = err;
-      return -1;
-    }
+  if (const int gone = out_of_reach({{moved1, err1}, {moved2, err2}, {moved3, err3}}); gone != 0) {
+    errno = gone;
+    return -1;
+  }
   if (moved1 < 0) {
     errno = err1;
     return -1;
@@ -364,20 +383,8 @@ ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec*
   errno = 0;
   const ssize_t moved1 = one_call(pid, true, first_local, fn, first_remote, fr);
   const int err1 = errno;
-  ssize_t moved2 = 0;
   int err2 = 0;
-  if (h->take_back()) {
-    errno = 0;
-    moved2 = one_call(pid, true, job.local, job.n, job.remote, job.nr);
-    err2 = errno;
-    taken_back.fetch_add(1, std::memory_order_relaxed);
-  } else {
-    h->wait_done();
-    moved2 = job.moved;
-    err2 = job.err;
-    helped.fetch_add(1, std::memory_order_relaxed);
-  }
-  h->release();
+  const ssize_t moved2 = second_part(*h, err2);
 
   // The writes whose bodies are whole (all of them, unless a list came up
   // short): their last bytes, in posting order.
@@ -408,11 +415,10 @@ ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec*
       placed += w[done].end - w[done].at;
     }
   }
-  for (const auto& [moved, err] : {std::pair{moved1, err1}, std::pair{moved2, err2}, std::pair{moved3, err3}})
-    if (moved < 0 && (err == EPERM || err == ESRCH)) {
-      errno = err;
-      return -1;
-    }
+  if (const int gone = out_of_reach({{moved1, err1}, {moved2, err2}, {moved3, err3}}); gone != 0) {
+    errno = gone;
+    return -1;
+  }
   errno = EFAULT;
   return static_cast<ssize_t>(placed);
 }
