@@ -100,22 +100,27 @@ TEST(Copier, ASplitWriteAndReadMoveEveryByteAndNothingElse) {
   EXPECT_TRUE(std::all_of(back.data() + b, back.data() + b + 10, [](std::uint8_t v) { return v == 0x5A; }));
 }
 
-TEST(Copier, TheLastBytesOfASplitWriteArePlacedLast) {
-  // A program that polls the last byte of a write (as on RDMA NICs, which
-  // place a write's bytes in order) must find the rest written once it
-  // changes. A watcher looks at the last byte and, when it turns to the
-  // round's value, at the last byte of every page before it.
-  constexpr int kRounds = 2000;
-  const std::size_t len = 256 * 1024;
-  Pages far(64);
-  ASSERT_NE(far.base, nullptr);
+/// What a program polling the last byte of a write sees (as on RDMA NICs,
+/// which place a write's bytes in order): for rounds 1 to `rounds` (but for
+/// the pages' own fill and 0, values already there), `place(r)` writes the
+/// byte r over all of [base, base + len), while a watcher thread looks at
+/// the last byte and, when it turns to the round's value, at the last byte
+/// of every page before it. Counts the rounds where one of those was not
+/// written yet (`early`); `placed` is false when a `place` failed (the
+/// rounds stop there).
+struct LastByteWatch {
+  int early = 0;
+  bool placed = true;
+};
+template <typename Place>
+LastByteWatch watch_last_byte(std::uint8_t* base, std::size_t len, int rounds, Place place) {
   std::atomic<int> round{0};
   std::atomic<int> early{0};
   std::atomic<bool> stop{false};
   std::thread watcher([&] {
     // Relaxed atomic loads of the bytes the other thread's system call
     // writes: the kernel's stores are invisible to the compiler.
-    auto at = [&](std::size_t i) { return std::atomic_ref<std::uint8_t>(far.base[i]).load(std::memory_order_acquire); };
+    auto at = [&](std::size_t i) { return std::atomic_ref<std::uint8_t>(base[i]).load(std::memory_order_acquire); };
     while (!stop.load(std::memory_order_relaxed)) {
       const int r = round.load(std::memory_order_acquire);
       const auto want = static_cast<std::uint8_t>(r);
@@ -129,17 +134,32 @@ TEST(Copier, TheLastBytesOfASplitWriteArePlacedLast) {
       }
     }
   });
-  std::vector<std::uint8_t> src(len);
-  for (int r = 1; r <= kRounds; ++r) {
-    if ((r & 0xff) == 0xA5 || (r & 0xff) == 0) continue;  // the pages' own fill; a value already there
-    std::memset(src.data(), r & 0xff, len);
+  LastByteWatch w;
+  for (int r = 1; r <= rounds && w.placed; ++r) {
+    if ((r & 0xff) == 0xA5 || (r & 0xff) == 0) continue;
     round.store(r, std::memory_order_release);
-    iovec l{src.data(), len};
-    ASSERT_EQ(cross_memory(::getpid(), true, &l, 1, iovec{far.base, len}, true), static_cast<ssize_t>(len));
+    w.placed = place(static_cast<std::uint8_t>(r));
   }
   stop = true;
   watcher.join();
-  EXPECT_EQ(early.load(), 0) << "the last byte was placed before the rest of the write";
+  w.early = early.load();
+  return w;
+}
+
+TEST(Copier, TheLastBytesOfASplitWriteArePlacedLast) {
+  // A program polling the last byte of a write must find the rest written
+  // once it changes.
+  const std::size_t len = 256 * 1024;
+  Pages far(64);
+  ASSERT_NE(far.base, nullptr);
+  std::vector<std::uint8_t> src(len);
+  const LastByteWatch w = watch_last_byte(far.base, len, 2000, [&](std::uint8_t v) {
+    std::memset(src.data(), v, len);
+    iovec l{src.data(), len};
+    return cross_memory(::getpid(), true, &l, 1, iovec{far.base, len}, true) == static_cast<ssize_t>(len);
+  });
+  ASSERT_TRUE(w.placed) << std::strerror(errno);
+  EXPECT_EQ(w.early, 0) << "the last byte was placed before the rest of the write";
 }
 
 TEST(Copier, SmallTransfersAndUnsplitOnesAreOneCall) {
@@ -355,34 +375,12 @@ TEST(Copier, ABatchWhoseLastBytesALaterWriteCoversIsOneCall) {
 
 TEST(Copier, TheLastBytesOfEachWriteOfASplitBatchLandAfterEveryWriteBeforeIt) {
   // A program that polls the last byte of a write of a batch must find that
-  // write and all those posted before it in place once it changes. A
-  // watcher looks at the last byte of the batch's last write and, when it
-  // turns to the round's value, at the last byte of every page of the
-  // batch before it.
-  constexpr int kRounds = 3000;
+  // write and all those posted before it in place once it changes: watched
+  // at the last byte of the batch's last write.
   const std::size_t n = 8, len = 64 * 1024;
   Pages far(n * 16 + 1);
   ASSERT_NE(far.base, nullptr);
-  std::atomic<int> round{0};
-  std::atomic<int> early{0};
-  std::atomic<bool> stop{false};
-  const std::size_t last = n * len;  // one past the last write's last byte, from far.base + kPage
   std::uint8_t* const base = far.base + kPage;
-  std::thread watcher([&] {
-    auto at = [&](std::size_t i) { return std::atomic_ref<std::uint8_t>(base[i]).load(std::memory_order_acquire); };
-    while (!stop.load(std::memory_order_relaxed)) {
-      const int r = round.load(std::memory_order_acquire);
-      const auto want = static_cast<std::uint8_t>(r);
-      if (r == 0 || at(last - 1) != want) continue;
-      for (std::size_t i = kPage - 1; i < last; i += kPage)
-        if (at(i) != want && round.load(std::memory_order_acquire) == r) {
-          early.fetch_add(1);
-          break;
-        }
-      while (round.load(std::memory_order_acquire) == r && !stop.load(std::memory_order_relaxed)) {
-      }
-    }
-  });
   std::vector<std::uint8_t> src(n * len);
   std::vector<iovec> local, remote;
   for (std::size_t k = 0; k < n; ++k) {
@@ -390,16 +388,13 @@ TEST(Copier, TheLastBytesOfEachWriteOfASplitBatchLandAfterEveryWriteBeforeIt) {
     remote.push_back(iovec{base + k * len, len});  // back to back: disjoint
   }
   const std::uint64_t before = splits();
-  for (int r = 1; r <= kRounds; ++r) {
-    if ((r & 0xff) == 0xA5 || (r & 0xff) == 0) continue;  // the pages' own fill; a value already there
-    std::memset(src.data(), r & 0xff, src.size());
-    round.store(r, std::memory_order_release);
-    ASSERT_EQ(write_ranges(::getpid(), local.data(), n, remote.data(), n, true), static_cast<ssize_t>(n * len));
-  }
-  stop = true;
-  watcher.join();
+  const LastByteWatch w = watch_last_byte(base, n * len, 3000, [&](std::uint8_t v) {
+    std::memset(src.data(), v, src.size());
+    return write_ranges(::getpid(), local.data(), n, remote.data(), n, true) == static_cast<ssize_t>(n * len);
+  });
+  ASSERT_TRUE(w.placed) << std::strerror(errno);
   EXPECT_GT(splits(), before);
-  EXPECT_EQ(early.load(), 0) << "the last byte of a batch was placed before the rest of it";
+  EXPECT_EQ(w.early, 0) << "the last byte of a batch was placed before the rest of it";
 }
 
 TEST(Copier, AFaultInASplitBatchCountsOnlyTheWritesPlacedInFull) {
