@@ -51,7 +51,8 @@ for c in "${CASES[@]}"; do
 done
 
 WORK=$(mktemp -d)
-PIDS=()
+PIDS=()   # every background process started (timeout wrappers)
+SERVER_TIMEOUT=300
 # shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -64,29 +65,22 @@ trap 'exit 130' INT TERM
 # client of build WHICH; the client's JSON and both processes' CPU seconds
 # (CPU_WRAP) in $WORK/TAG.*. False when a side failed.
 run() {
-    local which=$1 tag=$2 op=$3 size=$4 iters=$5 sflags=$6 cflags=$7 perf port spid i rc=0
+    local which=$1 tag=$2 op=$3 size=$4 iters=$5 sflags=$6 cflags=$7 perf rc=0
     perf=$([[ $which == before ]] && echo "$BEFORE" || echo "$AFTER")/bin/remora-perf
-    port=$(free_port)
+    PORT=$(free_port)
     # shellcheck disable=SC2086  # flags are words on purpose
-    timeout 300 python3 -c "$CPU_WRAP" "$WORK/$tag.scpu" "$perf" --server --port "$port" --address 127.0.0.1 \
-        --provider tcp $sflags </dev/null >"$WORK/$tag.slog" 2>&1 &
-    spid=$!
-    PIDS+=("$spid")
-    for ((i = 0; i < 300; i++)); do
-        listening "$port" && break
-        kill -0 "$spid" 2>/dev/null || break
-        sleep 0.1
-    done
+    if ! start_server "$WORK/$tag.slog" python3 -c "$CPU_WRAP" "$WORK/$tag.scpu" "$perf" --server --port "$PORT" \
+            --address 127.0.0.1 --provider tcp $sflags; then
+        echo "ab-perf.sh: $tag: the server did not start" >&2
+        cat "$WORK/$tag.slog" >&2
+        stop_server
+        return 1
+    fi
     [[ $cflags == *--qd* ]] || cflags="$cflags --qd 16"
     # shellcheck disable=SC2086
-    timeout 180 python3 -c "$CPU_WRAP" "$WORK/$tag.ccpu" "$perf" --client 127.0.0.1 --port "$port" --provider tcp \
+    bounded 180 python3 -c "$CPU_WRAP" "$WORK/$tag.ccpu" "$perf" --client 127.0.0.1 --port "$PORT" --provider tcp \
         --op "$op" --size "$size" --iters "$iters" --json $cflags </dev/null >"$WORK/$tag.json" 2>"$WORK/$tag.err" || rc=$?
-    for ((i = 0; i < 100; i++)); do
-        kill -0 "$spid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill "$spid" 2>/dev/null || true
-    wait "$spid" 2>/dev/null || true
+    stop_server
     if ((rc != 0)) || [[ ! -s $WORK/$tag.scpu ]]; then
         echo "ab-perf.sh: $tag failed (client exit $rc)" >&2
         cat "$WORK/$tag.err" "$WORK/$tag.slog" >&2

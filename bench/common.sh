@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # bench/common.sh: helpers the benchmark scripts share (compare.sh,
-# samehost.sh, fio-latency.sh, fio-bandwidth.sh). Sourced, never run; needs python3.
+# samehost.sh, fio-latency.sh, fio-bandwidth.sh, ab-perf.sh). Sourced, never run; needs python3.
 
 # A TCP port on 127.0.0.1 that nobody uses now.
 free_port() {
@@ -26,6 +26,47 @@ for table in ("/proc/net/tcp", "/proc/net/tcp6"):
             sys.exit(0)
 sys.exit(1)
 EOF
+}
+
+# The scripts that run servers set PIDS=() (what their exit trap kills),
+# SERVER_TIMEOUT and, per server, PORT.
+# bounded SECONDS COMMAND...: runs COMMAND bounded by timeout, in the background so
+# that a signal to the script ends it at once (its trap kills what PIDS lists).
+bounded() {
+    local limit=$1 rc=0
+    shift
+    timeout "$limit" "$@" &
+    PIDS+=($!)
+    wait $! || rc=$?
+    return $rc
+}
+
+# start_server LOG COMMAND...: starts a server (bounded by SERVER_TIMEOUT) and
+# waits (10 s at most) until it listens on $PORT; sets SERVER_PID and adds it to
+# PIDS. False when it left or did not listen in time.
+start_server() {
+    local log=$1 i
+    shift
+    timeout "$SERVER_TIMEOUT" "$@" </dev/null >"$log" 2>&1 &
+    SERVER_PID=$!
+    PIDS+=("$SERVER_PID")
+    for ((i = 0; i < 100; i++)); do
+        listening "$PORT" && return 0
+        kill -0 "$SERVER_PID" 2>/dev/null || return 1
+        sleep 0.1
+    done
+    return 1
+}
+
+# stop_server: waits (10 s at most) for the server to leave, then kills it.
+stop_server() {
+    local i
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$SERVER_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
 }
 
 # cpu_wrap OUT COMMAND...: runs COMMAND and writes to OUT the user and sys

@@ -109,44 +109,6 @@ trap 'exit 143' TERM
 # shellcheck source=bench/common.sh
 source "$ROOT/bench/common.sh"
 
-# bounded SECONDS COMMAND...: runs COMMAND bounded by timeout, in the background so
-# that a signal to this script ends it at once (the trap kills it).
-bounded() {
-    local limit=$1 rc=0
-    shift
-    timeout "$limit" "$@" &
-    PIDS+=($!)
-    wait $! || rc=$?
-    return $rc
-}
-
-# start_server LOG COMMAND...: starts a server (bounded by SERVER_TIMEOUT) and
-# waits until it listens on $PORT; sets SERVER_PID.
-start_server() {
-    local log=$1 i
-    shift
-    timeout "$SERVER_TIMEOUT" "$@" </dev/null >"$log" 2>&1 &
-    SERVER_PID=$!
-    PIDS+=("$SERVER_PID")
-    for ((i = 0; i < 100; i++)); do
-        listening "$PORT" && return 0
-        kill -0 "$SERVER_PID" 2>/dev/null || return 1
-        sleep 0.1
-    done
-    return 1
-}
-
-# stop_server: waits (10 s at most) for the server to leave, then kills it.
-stop_server() {
-    local i
-    for ((i = 0; i < 100; i++)); do
-        kill -0 "$SERVER_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-}
-
 FAILED=()
 UCX_SKIPPED=""
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?")
