@@ -2,6 +2,7 @@
  * send_with_imm/recv/srq_*, rpma_conn_req_recv, rpma_cq_* */
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include "common.h"
 
@@ -259,15 +260,32 @@ int main(void)
 		EXPECT_OK(rpma_write(f.client, rp, 0, lmr, 0, 8, RPMA_F_COMPLETION_ALWAYS, (void *)0xa1));
 		usleep(200 * 1000); /* the completion is made meanwhile (by the library's own thread over tcp) */
 		int ffd = -1;
+		/* No descriptor left to make one: RPMA_E_PROVIDER, *fd as it was,
+		 * and a later call (with descriptors again) works. */
+		int probe = dup(0);
+		CHECK(probe >= 0);
+		close(probe);
+		struct rlimit lim, low;
+		REQUIRE_OK(getrlimit(RLIMIT_NOFILE, &lim));
+		low = lim;
+		low.rlim_cur = (rlim_t)probe; /* every descriptor below it is open */
+		REQUIRE_OK(setrlimit(RLIMIT_NOFILE, &low));
+		const int get_rc = rpma_cq_get_fd(fcq, &ffd);
+		struct rpma_cq *gcq;
+		REQUIRE_OK(rpma_conn_get_cq(f.server, &gcq));
+		const int wait_rc = rpma_cq_wait(gcq);
+		REQUIRE_OK(setrlimit(RLIMIT_NOFILE, &lim));
+		EXPECT_RC(get_rc, RPMA_E_PROVIDER);
+		CHECK(ffd == -1);
+		EXPECT_RC(wait_rc, RPMA_E_PROVIDER);
 		EXPECT_OK(rpma_cq_get_fd(fcq, &ffd));
 		struct pollfd pf = {ffd, POLLIN, 0};
 		CHECK(poll(&pf, 1, 10000) == 1 && (pf.revents & POLLIN));
 		EXPECT_OK(rpma_cq_get_wc(fcq, 1, &wc, NULL));
 		CHECK(wc.wr_id == 0xa1 && wc.status == IBV_WC_SUCCESS);
-		/* and the same through rpma_cq_wait on the server's queue, also
-		 * never waited on: a receive completed before the first wait */
-		struct rpma_cq *gcq;
-		REQUIRE_OK(rpma_conn_get_cq(f.server, &gcq));
+		/* and the same through rpma_cq_wait on the server's queue (its one
+		 * wait so far failed before it began): a receive completed before
+		 * the first wait that works */
 		EXPECT_OK(rpma_recv(f.server, lmr, 512, 64, (void *)0xa2));
 		strcpy(local + 3000, "early");
 		EXPECT_OK(rpma_send(f.client, lmr, 3000, 6, RPMA_F_COMPLETION_ON_ERROR, NULL));
