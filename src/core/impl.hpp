@@ -227,6 +227,9 @@ struct CqImpl {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<Completion> queue;
+  // queue.size(), written under mu, read without it by a poster
+  // (EndpointImpl::gatherable).
+  std::atomic<std::size_t> queued{0};
   Signal signal;
   std::atomic<bool> fd_in_use{false};  // written under mu
   // The program asked for the descriptor (CompletionQueue::fd()): it may
@@ -558,10 +561,15 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   // queue, placed together at the next post of another kind, the next
   // drive of the endpoint, or when Peer::kMaxBatch / kGatherBytes are reached
   // (docs/design.md, "Writes posted back to back"): their slots, in posting
-  // order, and their bytes. Writes placed in a batch of two or more, and
-  // writes of a batch sent over the transport instead (tests look at them).
+  // order, and their bytes. VISIBILITY flushes the table allows join them
+  // (joins_gathered), completed once the writes before them are placed; the
+  // writes among the slots are counted. Writes placed in a batch of two or
+  // more, flushes that joined one, and writes of a batch sent over the
+  // transport instead (tests look at them).
+  static constexpr std::size_t kMaxGathered = 2 * direct::Peer::kMaxBatch;
   std::vector<std::uint32_t> gathered REMORA_GUARDED_BY(mu);
   std::uint64_t gathered_bytes REMORA_GUARDED_BY(mu) = 0;
+  std::size_t gathered_writes REMORA_GUARDED_BY(mu) = 0;
   // Writes posted since the posting thread's own poll count was last seen
   // to change (polls_by_this_thread), and in the stretch before that: a
   // thread that posts one write per poll (one in flight, the usual latency
@@ -575,6 +583,7 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   std::uint32_t burst_writes REMORA_GUARDED_BY(mu) = 0;
   std::uint32_t last_burst_writes REMORA_GUARDED_BY(mu) = 2;
   std::atomic<std::uint64_t> direct_batched{0};
+  std::atomic<std::uint64_t> flushes_joined{0};
   std::atomic<std::uint64_t> gathered_by_transport{0};
   // Same-host message rings (docs/design.md, "Same-host message rings"):
   // this side's inbox (made and offered once the peer's table was taken;
@@ -641,6 +650,9 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   void pump_deferred() REMORA_REQUIRES(mu);
   /// `s` may join the writes gathered for one cross-memory call.
   bool gatherable(const OpSlot& s) const REMORA_REQUIRES(mu);
+  /// `s` is a VISIBILITY flush the peer's table allows, which may join the
+  /// gathered writes (completed once those before it are placed).
+  bool joins_gathered(const OpSlot& s) REMORA_REQUIRES(mu);
   /// A plain write was posted: counts it into the writes posted since the
   /// posting thread's last poll.
   void note_write() REMORA_REQUIRES(mu);

@@ -1817,6 +1817,120 @@ TEST(SameHostGather, AFlushOrAFencedWriteComesAfterTheGatheredWrites) {
   })) << "the fenced write was placed before the write gathered ahead of it";
 }
 
+std::uint64_t flushes_joined(const Endpoint& ep) { return ep.impl()->flushes_joined.load(); }
+
+TEST(SameHostGather, VisibilityFlushesJoinTheGatheredWritesAndCompleteAfterThem) {
+  // A write then a VISIBILITY flush, three times (fio's librpma engines post
+  // that per I/O): the flushes no longer place the writes before them one by
+  // one; they join the batch, and complete once the writes before them are
+  // placed. One flush lies inside the latest write (completed locally over
+  // the transport), one beyond it (checked against the table).
+  auto p = gathering_pair();
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  bool joined = false;
+  for (int round = 0; round < 20 && !joined; ++round) {
+    const auto fill = static_cast<std::uint8_t>(0x20 + round);
+    std::memset(p->local_mem.data(), fill, p->local_mem.size());
+    let_agent_look(*p);
+    const std::uint64_t batched_before = batched(p->iep), joined_before = flushes_joined(p->iep);
+    Completion none[1];
+    (void)p->icq.poll(none);
+    Segment a(p->lmr, 0, 4096), b(p->lmr, 4096, 4096), c(p->lmr, 8192, 4096);
+    ASSERT_OK(p->iep.write({&a, 1}, p->rr, 0, 1, PostFlags::unsignalled));
+    ASSERT_OK(p->iep.flush(p->rr, 0, 4096, FlushType::visibility, 2));
+    ASSERT_OK(p->iep.write({&b, 1}, p->rr, 4096, 3, PostFlags::unsignalled));
+    ASSERT_OK(p->iep.flush(p->rr, 0, 8192, FlushType::visibility, 4));
+    ASSERT_OK(p->iep.write({&c, 1}, p->rr, 8192, 5));
+    ASSERT_OK(p->iep.flush(p->rr, 8192, 4096, FlushType::visibility, 6));
+    auto done = collect(p->icq, 4);
+    ASSERT_EQ(done.size(), 4u) << describe(done);
+    const std::uint64_t cookies[] = {2, 4, 5, 6};
+    for (std::size_t i = 0; i < 4; ++i) {
+      EXPECT_FALSE(done[i].status) << describe(done[i]);
+      EXPECT_EQ(done[i].cookie, cookies[i]) << "completions out of posting order";
+    }
+    EXPECT_TRUE(std::all_of(p->target_mem.begin(), p->target_mem.begin() + 3 * 4096,
+                            [&](std::uint8_t v) { return v == fill; }));
+    EXPECT_TRUE(std::all_of(p->target_mem.begin() + 3 * 4096, p->target_mem.end(),
+                            [](std::uint8_t v) { return v == Pair::kTargetFill; }));
+    joined = batched(p->iep) == batched_before + 3 && flushes_joined(p->iep) == joined_before + 3;
+  }
+  EXPECT_TRUE(joined) << "in 20 rounds, writes and flushes posted in turn never went in one batch";
+  EXPECT_EQ(p->iep.state(), EndpointState::connected);
+}
+
+TEST(SameHostGather, ARefusedFlushPlacesTheWritesBeforeItAndNothingAfterIt) {
+  // A flush is checked when it is posted, before anything gathered is
+  // placed: one the table refuses does not join. The writes before it are
+  // placed, it fails as the target's refusal does, and the write after it
+  // is flushed without landing.
+  auto p = gathering_pair();
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  std::memset(p->local_mem.data(), 0x5d, p->local_mem.size());
+  RemoteRegion forged(p->rr.address(), p->rr.length(), p->rr.key() ^ 0x5a5a, p->rr.access(), false);
+  Completion none[1];
+  (void)p->icq.poll(none);
+  Segment a(p->lmr, 0, 4096), b(p->lmr, 4096, 4096), c(p->lmr, 8192, 4096);
+  ASSERT_OK(p->iep.write({&a, 1}, p->rr, 0, 1));
+  ASSERT_OK(p->iep.write({&b, 1}, p->rr, 4096, 2));
+  ASSERT_OK(p->iep.flush(forged, 0, 8192, FlushType::visibility, 3));
+  ASSERT_OK(p->iep.write({&c, 1}, p->rr, 8192, 4));
+  auto done = collect(p->icq, 4);
+  ASSERT_EQ(done.size(), 4u) << describe(done);
+  EXPECT_FALSE(done[0].status) << describe(done[0]);
+  EXPECT_FALSE(done[1].status) << describe(done[1]);
+  EXPECT_EQ(done[2].status, make_error_code(Errc::remote_access)) << describe(done[2]);
+  EXPECT_EQ(done[3].status, make_error_code(Errc::flushed)) << describe(done[3]);
+  EXPECT_EQ(flushes_joined(p->iep), 0u);
+  EXPECT_EQ(p->iep.state(), EndpointState::error);
+  EXPECT_TRUE(
+      std::all_of(p->target_mem.begin(), p->target_mem.begin() + 8192, [](std::uint8_t v) { return v == 0x5d; }));
+  EXPECT_TRUE(std::all_of(p->target_mem.begin() + 8192, p->target_mem.end(), [](std::uint8_t v) {
+    return v == Pair::kTargetFill;
+  })) << "a write posted after the refused flush landed";
+}
+
+TEST(SameHostGather, WritesPostedOnePerPollWhileCompletionsWaitAreGathered) {
+  // fio's librpma engines by default: 8 I/Os in flight, each a write and a
+  // VISIBILITY flush (the flush signalled), one completion reaped per poll
+  // and one I/O posted after it. A poll that finds a completion queued
+  // drives nothing, so the I/O posted after it would have waited anyway:
+  // it is gathered, and the I/Os posted after the next polls join it until
+  // a poll finds the queue empty and places them together. Nothing here
+  // posts two writes between polls, which is what gathered writes before.
+  auto p = gathering_pair();
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  auto post_io = [&](std::uint64_t i) {
+    const std::uint64_t page = (i % 16) * 4096;
+    p->local_mem[page] = static_cast<std::uint8_t>(i);
+    Segment seg(p->lmr, page, 4096);
+    EXPECT_OK(p->iep.write({&seg, 1}, p->rr, page, 2 * i, PostFlags::unsignalled));
+    EXPECT_OK(p->iep.flush(p->rr, page, 4096, FlushType::visibility, 2 * i + 1));
+  };
+  constexpr std::uint64_t kDepth = 8, kIos = 400;
+  for (std::uint64_t i = 0; i < kDepth; ++i) post_io(i);
+  const std::uint64_t batched_before = batched(p->iep), joined_before = flushes_joined(p->iep);
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  std::uint64_t next = 0;  // the I/O whose completion comes next
+  while (next < kIos && std::chrono::steady_clock::now() < until) {
+    Completion one[1];
+    if (p->icq.poll(one) == 0) continue;
+    EXPECT_FALSE(one[0].status) << describe(one[0]);
+    EXPECT_EQ(one[0].cookie, 2 * next + 1) << "completions out of posting order";
+    if (next + kDepth < kIos) post_io(next + kDepth);
+    ++next;
+  }
+  ASSERT_EQ(next, kIos) << "completions missing after 20 s";
+  for (std::uint64_t i = kIos - 16; i < kIos; ++i)
+    EXPECT_EQ(p->target_mem[(i % 16) * 4096], static_cast<std::uint8_t>(i));
+  // Most I/Os went in batches (the agent places a batch 2 ms after its
+  // first write, which on a slow machine may cut some short).
+  const std::uint64_t writes = kIos - kDepth;
+  EXPECT_GE(batched(p->iep) - batched_before, writes / 2) << "writes posted one per poll were placed one by one";
+  EXPECT_GE(flushes_joined(p->iep) - joined_before, writes / 2);
+  EXPECT_EQ(p->iep.state(), EndpointState::connected);
+}
+
 TEST(SameHostGather, WritesAreStillPlacedWhenTheUserStopsPolling) {
   // Posted right after a poll, then no poll: the agent places them (within
   // kGatherBound of 2 ms; bounded here at 2 s).

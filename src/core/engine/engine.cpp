@@ -239,10 +239,17 @@ Result<void> EndpointImpl::submit(std::uint32_t index) {
   if (!gathered.empty()) {
     // Another write posted back to back joins them; anything else places
     // them first (the operation comes after them in every respect).
-    if (gatherable(s) && gathered_bytes + s.done.length <= kGatherBytes) {
+    if (gathered.size() < kMaxGathered && gatherable(s) && gathered_bytes + s.done.length <= kGatherBytes) {
       gathered.push_back(index);
       gathered_bytes += s.done.length;
-      if (gathered.size() == direct::Peer::kMaxBatch || gathered_bytes == kGatherBytes) flush_gathered();
+      if (++gathered_writes == direct::Peer::kMaxBatch || gathered_bytes == kGatherBytes) flush_gathered();
+      return {};
+    }
+    // A VISIBILITY flush the table allows joins them too: it completes once
+    // the writes before it are placed, which is all it asks.
+    if (gathered.size() < kMaxGathered && joins_gathered(s)) {
+      gathered.push_back(index);
+      if (gathered.size() == kMaxGathered) flush_gathered();
       return {};
     }
     flush_gathered();
@@ -325,6 +332,7 @@ bool EndpointImpl::try_direct(OpSlot& s) {
     // the agent places them within kGatherBound.
     gathered.push_back(s.index);
     gathered_bytes = s.done.length;
+    gathered_writes = 1;
     // The polling user's next drive progresses the endpoint. Not
     // owes_work: that would have the agent progress it at every look too,
     // contending with that user for the endpoint's lock.
@@ -387,10 +395,31 @@ bool EndpointImpl::gatherable(const OpSlot& s) const {
       s.done.length >= direct::kSplitBytes || !direct_peer || state != EndpointState::connected || !zone->direct_gather)
     return false;
   // One write per poll (the stretch before this write's had one, and it is
-  // the first since): the poll right after it would place it alone anyway.
-  if (burst_writes <= 1 && last_burst_writes <= 1) return false;
+  // the first since): the poll right after it would place it alone anyway,
+  // unless completions wait in the queue: that poll takes one of them and
+  // drives nothing (CompletionQueue::poll), so the writes posted after the
+  // polls that follow join this one until a poll finds the queue empty. A
+  // program keeping several writes in flight and reaping one completion per
+  // poll (fio's librpma engines) has them placed together.
+  if (burst_writes <= 1 && last_burst_writes <= 1 && send_cq->queued.load(std::memory_order_relaxed) == 0) return false;
   return send_cq->claimed(std::chrono::steady_clock::now().time_since_epoch().count()) &&
          !direct_peer->shareable(s.rkey);
+}
+
+bool EndpointImpl::joins_gathered(const OpSlot& s) {
+  // Checked now, before anything is placed: a flush the table refuses (or
+  // one only the target can answer) places the writes before it first and
+  // goes its usual way, so no write after it is placed ahead of its outcome.
+  // A flush is only a range check on this path: the cross-memory call that
+  // places the writes before it returns once they are in the target's
+  // memory, where the target's loads see them.
+  if (s.check || !direct_peer || state != EndpointState::connected) return false;
+  // A VISIBILITY flush inside the latest write's range (Endpoint::flush),
+  // which the placing of that write answers.
+  if (s.kind == OpSlot::Kind::local) return true;
+  if (s.kind != OpSlot::Kind::ctl || s.ctl.op != wire::op_flush) return false;
+  if (s.ctl.flush_type != static_cast<std::uint8_t>(FlushType::visibility)) return false;
+  return direct_peer->flush(s.ctl.key, s.ctl.addr, s.ctl.len, false) == direct::Peer::Outcome::done;
 }
 
 void EndpointImpl::note_write() {
@@ -407,42 +436,57 @@ void EndpointImpl::note_write() {
 
 void EndpointImpl::flush_gathered() {
   if (gathered.empty()) return;
-  std::uint32_t index[direct::Peer::kMaxBatch];
+  std::uint32_t index[kMaxGathered];
   direct::Peer::Write writes[direct::Peer::kMaxBatch];
-  const std::size_t n = gathered.size();
-  for (std::size_t k = 0; k < n; ++k) {
+  const std::size_t entries = gathered.size();
+  std::size_t n = 0;
+  for (std::size_t k = 0; k < entries; ++k) {
     const OpSlot& s = slots[gathered[k]];
     index[k] = gathered[k];
-    writes[k].local = std::span<const backend::Iov>(s.iov, s.iov_count);
-    writes[k].total = s.done.length;
-    writes[k].raddr = s.raddr;
-    writes[k].key = s.rkey;
+    if (s.kind != OpSlot::Kind::write) continue;  // a flush that joined them
+    writes[n].local = std::span<const backend::Iov>(s.iov, s.iov_count);
+    writes[n].total = s.done.length;
+    writes[n].raddr = s.raddr;
+    writes[n].key = s.rkey;
+    ++n;
   }
   gathered.clear();
   gathered_bytes = 0;
+  gathered_writes = 0;
   const std::size_t placed = direct_peer ? direct_peer->write_many({writes, n}, zone->direct_split) : 0;
-  for (std::size_t k = 0; k < placed; ++k) {
+  // Every slot up to the first write not placed completes: the writes, and
+  // the flushes, whose writes before them are all placed.
+  std::size_t k = 0;
+  for (std::size_t w = 0; k < entries; ++k) {
+    OpSlot& s = slots[index[k]];
+    if (s.kind == OpSlot::Kind::write) {
+      if (w == placed) break;
+      if (writes[w].mapped) direct_mapped_ops.fetch_add(1, std::memory_order_relaxed);
+      if (n > 1) direct_batched.fetch_add(1, std::memory_order_relaxed);
+      ++w;
+    } else {
+      flushes_joined.fetch_add(1, std::memory_order_relaxed);
+    }
     direct_ops.fetch_add(1, std::memory_order_relaxed);
-    if (writes[k].mapped) direct_mapped_ops.fetch_add(1, std::memory_order_relaxed);
-    if (n > 1) direct_batched.fetch_add(1, std::memory_order_relaxed);
-    complete(slots[index[k]], {});
+    complete(s, {});
   }
-  if (placed == n) return;
+  if (k == entries) return;
   if (writes[placed].outcome == direct::Peer::Outcome::refused) {
     // As the target's refusal over the transport: remote_access, the
-    // connection ends, and the writes after it are flushed.
+    // connection ends, and the operations after it are flushed.
     direct_ops.fetch_add(1, std::memory_order_relaxed);
-    fail(&slots[index[placed]], make_error_code(Errc::remote_access), ConnectionEventType::lost);
+    fail(&slots[index[k]], make_error_code(Errc::remote_access), ConnectionEventType::lost);
     return;
   }
   if (writes[placed].outcome == direct::Peer::Outcome::broken) {
     direct_why_not = "the peer can no longer be reached directly (EPERM, ESRCH or exited)";
     direct_peer.reset();
   }
-  // The rest go over the transport, in posting order (nothing else is in
-  // flight or deferred while writes are gathered).
+  // The rest (writes, and flushes after them) go over the transport, in
+  // posting order (nothing else is in flight or deferred while writes are
+  // gathered).
   gathered_by_transport.fetch_add(n - placed, std::memory_order_relaxed);
-  for (std::size_t k = placed; k < n; ++k) deferred.push_back(index[k]);
+  for (; k < entries; ++k) deferred.push_back(index[k]);
   pump_deferred();
   if (!deferred.empty()) set_owes_work(true);
 }
@@ -509,6 +553,7 @@ void EndpointImpl::flush_all() {
   deferred.clear();
   gathered.clear();
   gathered_bytes = 0;
+  gathered_writes = 0;
   unacked.clear();
   in_flight = 0;
   // Nothing more goes on the peer's ring (this side's inbox stays watched

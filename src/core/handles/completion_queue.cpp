@@ -24,6 +24,7 @@ void CqImpl::push(Completion c) {
     std::lock_guard<std::mutex> lock(mu);
     if (queue.empty() && fd_in_use && tl_taking != this) signal.raise();
     queue.push_back(std::move(c));
+    queued.store(queue.size(), std::memory_order_relaxed);
   }
   cv.notify_all();
 }
@@ -50,6 +51,7 @@ std::size_t CqImpl::take(std::span<Completion> out) {
     out[i] = std::move(queue.front());
     queue.pop_front();
   }
+  queued.store(queue.size(), std::memory_order_relaxed);
   // The eventfd follows the queue's level: cleared once it is empty, and
   // raised while something is left (completions a drive_and_take made
   // without raising it; a no-op when it is raised already). Taking nothing
