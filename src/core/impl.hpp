@@ -706,7 +706,9 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   bool revoke_answered(std::uint64_t serial) REMORA_EXCLUDES(mu);
   /// Place `s` (a write without immediate data, or a read) by the direct
   /// path if it can be: true when `s` is finished (completed or failed).
-  bool try_direct(OpSlot& s) REMORA_REQUIRES(mu);
+  /// `deferred_front`: `s` was just taken off the front of `deferred`, whose
+  /// later operations wait behind it (pump_deferred): it is not gathered.
+  bool try_direct(OpSlot& s, bool deferred_front = false) REMORA_REQUIRES(mu);
   /// Same-host message rings. offer_inbox: make this side's inbox and offer
   /// it (once the peer's table was taken); accept_ring_offer: map the
   /// peer's as the outbox and answer.

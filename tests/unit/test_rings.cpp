@@ -286,6 +286,37 @@ TEST_F(RingsDriven, TheReceiverSeesOneOrderAcrossTheRingAndTheTransport) {
   }
 }
 
+// A write posted behind a send on the ring waits until the send is
+// acknowledged, then is placed by the direct path, not sent over the
+// transport (fio's librpma_gpspm engine posts a write and a send per I/O:
+// all its writes went over tcp). So does a flush behind it.
+TEST_F(RingsDriven, AWriteBehindASendOnTheRingIsPlacedDirectlyOnceTheSendIsAcknowledged) {
+  Segment s(imr, 0, 16);
+  ASSERT_OK(iep.send({&s, 1}, 1));
+  for (std::size_t i = 0; i < 4096; ++i) imem[1024 + i] = static_cast<std::uint8_t>(i * 7);
+  Segment w(imr, 1024, 4096);
+  ASSERT_OK(iep.write({&w, 1}, rr, 8192, 2));
+  ASSERT_OK(iep.flush(rr, 0, 16384, FlushType::visibility, 3));
+  for (int i = 0; i < 20; ++i) (void)iz.progress();
+  EXPECT_EQ(ring_sent(iep), 1u);
+  {
+    detail::MutexLock lock(iep.impl()->mu);
+    EXPECT_EQ(iep.impl()->deferred.size(), 2u) << "the write and the flush must wait behind the send on the ring";
+  }
+  const std::uint64_t direct_before = iep.impl()->direct_ops.load();
+  Segment r(tmr, 0, 64);
+  ASSERT_OK(tep.recv({&r, 1}, 100));
+  ASSERT_EQ(take(tcq, 1).size(), 1u);
+  auto c = take(icq, 3);
+  ASSERT_EQ(c.size(), 3u) << describe(c);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(c[i].cookie, static_cast<std::uint64_t>(i + 1));
+    EXPECT_FALSE(c[i].status) << describe(c[i]);
+  }
+  EXPECT_EQ(iep.impl()->direct_ops.load(), direct_before + 2) << "the write or the flush went over the transport";
+  EXPECT_TRUE(std::equal(tmem.begin() + 8192, tmem.begin() + 8192 + 4096, imem.begin() + 1024));
+}
+
 // An answer completes after the send it answers, as on RC hardware, where
 // the send's acknowledgement comes before the answer's receive (librpma's
 // 12scch example checks it): one poll that finds both reports the send

@@ -285,11 +285,12 @@ Result<void> EndpointImpl::submit(std::uint32_t index) {
   return {};
 }
 
-bool EndpointImpl::try_direct(OpSlot& s) {
+bool EndpointImpl::try_direct(OpSlot& s, bool deferred_front) {
   // docs/design.md, "Same-host direct path". Only with nothing of this
-  // endpoint in flight or waiting: the operation is placed now, so every
-  // earlier one must be complete for the ordering guarantees to hold.
-  if (!direct_peer || in_flight != 0 || !deferred.empty()) return false;
+  // endpoint in flight or waiting before it: the operation is placed now,
+  // so every earlier one must be complete for the ordering guarantees to
+  // hold.
+  if (!direct_peer || in_flight != 0 || ring_in_flight != 0 || (!deferred_front && !deferred.empty())) return false;
   // The operation was decided here (placed, or refused by the table).
   auto taken = [&](bool mapped) {
     if (s.check) zone->check->on_take(*this, s);
@@ -326,7 +327,7 @@ bool EndpointImpl::try_direct(OpSlot& s) {
   const bool write = s.kind == OpSlot::Kind::write;
   if (!write && s.kind != OpSlot::Kind::read) return false;
   if (s.done.length == 0) return false;  // nothing to place: the transport's rules apply
-  if (gatherable(s)) {
+  if (!deferred_front && gatherable(s)) {
     // Placed with the writes posted right after it, at the latest when the
     // user's next poll drives the endpoint; should the user stop polling,
     // the agent places them within kGatherBound.
@@ -506,7 +507,12 @@ void EndpointImpl::pump_deferred() {
       deferred.pop_front();
       continue;
     }
-    if (ring_in_flight > 0) return;  // goes by the transport once the ring's sends are acknowledged
+    if (ring_in_flight > 0) return;  // goes on once the ring's sends are acknowledged
+    // Waited behind something in flight (a send on the ring, a fence):
+    // placed directly now if it can be, as when nothing was before it.
+    deferred.pop_front();
+    if (try_direct(s, true)) continue;
+    deferred.push_front(s.index);
     int rc = post_slot(s);
     if (rc == -EAGAIN) return;  // retried after the next completion
     deferred.pop_front();
