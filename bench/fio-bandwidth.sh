@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
-# Write bandwidth of fio's librpma_apm engines on Remora's librpma face, on
+# Write bandwidth of fio's librpma engines (apm or gpspm) on Remora's librpma face, on
 # one host, with same-host regions moved into huge pages (Remora's default)
 # and left in 4 KiB pages (REMORA_HUGEPAGES=0), interleaved: for each
 # repetition and block size, one run of each. fio 3.33's
-# librpma_apm_server registers a workspace it took from posix_memalign and
+# librpma server registers a workspace it took from posix_memalign and
 # never wrote (filename=malloc), so its pages are only touched by the
 # client's writes; the client writes it in turn (rw=write) at --iodepth.
 # Prints, per run and as medians: the client's bandwidth, its CPU per I/O,
 # and how much of the server's memory was in huge pages near the end of the
 # run (AnonHugePages of its /proc/PID/smaps_rollup).
 #
-#   bench/fio-bandwidth.sh [--fio FIO] [--lib DIR] [--bs LIST] [--iodepth N]
-#                          [--batch N] [--size BYTES] [--reps N] [--runtime S]
+#   bench/fio-bandwidth.sh [--fio FIO] [--lib DIR] [--engine apm|gpspm]
+#                          [--bs LIST] [--iodepth N] [--batch N]
+#                          [--size BYTES] [--reps N] [--runtime S]
 #
 #   --fio      the fio binary built with the librpma engines; default: the
 #              one compat/rpma/check-rpma.sh built from the fio mirror (its
 #              cache, ${REMORA_UPSTREAM_CACHE:-/tmp/remora-upstream-cache})
 #   --lib      directory holding Remora's librpma.so.0 (default build/lib)
+#   --engine   apm (default: the client writes, then flushes by an RDMA
+#              read-after-write) or gpspm (the client writes, then sends a
+#              flush request that the server, busy-polling, answers)
 #   --bs       block sizes, comma-separated, fio's syntax (default 64k,1m)
 #   --iodepth  I/Os in flight (default 16)
 #   --batch    fio's iodepth_batch_submit: I/Os queued before the engine
@@ -30,6 +34,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FIO=""
 LIB=$ROOT/build/lib
+ENGINE=apm
 BS=64k,1m
 IODEPTH=16
 BATCH=1
@@ -43,16 +48,18 @@ while [[ $# -gt 0 ]]; do
     case "$1" in
         --fio) FIO=$2; shift 2 ;;
         --lib) LIB=$2; shift 2 ;;
+        --engine) ENGINE=$2; shift 2 ;;
         --bs) BS=$2; shift 2 ;;
         --iodepth) IODEPTH=$2; shift 2 ;;
         --batch) BATCH=$2; shift 2 ;;
         --size) SIZE=$2; shift 2 ;;
         --reps) REPS=$2; shift 2 ;;
         --runtime) RUNTIME=$2; shift 2 ;;
-        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
+[[ "$ENGINE" == apm || "$ENGINE" == gpspm ]] || die "--engine: apm or gpspm"
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || die "--reps: a positive number"
 [[ "$IODEPTH" =~ ^[1-9][0-9]*$ ]] || die "--iodepth: a positive number"
 [[ "$BATCH" =~ ^[1-9][0-9]*$ ]] || die "--batch: a positive number"
@@ -88,9 +95,14 @@ for ((rep = 1; rep <= REPS; rep++)); do
     for bs in "${sizes[@]}"; do
         for huge in 1 0; do
             port=$(free_port)
+            server_extra=""
+            # The gpspm server busy-polls for flush requests, as many in
+            # flight as the client's I/Os, until the client leaves.
+            [[ $ENGINE == gpspm ]] &&
+                server_extra=$'busy_wait_polling=1\n'"iodepth=$IODEPTH"$'\ntime_based\nruntime=365d'
             cat >"$WORK/server.fio" <<EOF
 [global]
-ioengine=librpma_apm_server
+ioengine=librpma_${ENGINE}_server
 create_serialize=0
 kb_base=1000
 serverip=127.0.0.1
@@ -101,10 +113,11 @@ direct_write_to_pmem=0
 numjobs=1
 size=$SIZE
 filename=malloc
+$server_extra
 EOF
             cat >"$WORK/client.fio" <<EOF
 [global]
-ioengine=librpma_apm_client
+ioengine=librpma_${ENGINE}_client
 create_serialize=0
 serverip=127.0.0.1
 port=$port
@@ -153,11 +166,11 @@ EOF
     done
 done
 
-python3 - "$WORK/runs" "$REPS" "$IODEPTH" "$SIZE" "$RUNTIME" "$BATCH" <<'EOF'
+python3 - "$WORK/runs" "$REPS" "$IODEPTH" "$SIZE" "$RUNTIME" "$BATCH" "$ENGINE" <<'EOF'
 import statistics, sys
-path, reps, qd, size, runtime, batch = sys.argv[1:]
+path, reps, qd, size, runtime, batch, engine = sys.argv[1:]
 rows = [l.split() for l in open(path)]
-print(f"fio librpma_apm_client rw=write, iodepth {qd}, iodepth_batch_submit {batch}, server workspace {size} (malloc, untouched), "
+print(f"fio librpma_{engine}_client rw=write, iodepth {qd}, iodepth_batch_submit {batch}, server workspace {size} (malloc, untouched), "
       f"{runtime} s per run, {reps} repetitions, interleaved")
 print(f"{'rep':>4} {'bs':>5} {'huge pages':>10} {'GB/s':>7} {'CPU us/IO':>10} {'server MiB huge':>16}")
 for r in rows:
