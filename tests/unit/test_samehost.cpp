@@ -1964,12 +1964,15 @@ TEST(SameHostGather, WritesGatheredBeforeADisconnectAreWritten) {
   for (const auto& one : c) EXPECT_FALSE(one.status) << describe(one);
 }
 
-TEST(SameHostGather, WritesToARegionTheTableLeftOutGoOverTheTransportInPostingOrder) {
-  // The zone's table holds kCapacity regions; one registered after it is full
-  // is left out, and the initiator cannot check a write to it: the write goes
-  // over the transport, where the target checks it, never refused for want
-  // of an entry. In a batch, it and every write after it go that way, in
-  // posting order, and the writes before it are placed directly.
+/// The zone's table holds kCapacity regions; one registered after it is full
+/// is left out, and the initiator cannot check a write to it: the write goes
+/// over the transport, where the target checks it, never refused for want
+/// of an entry. In a batch, it and every write after it go that way, in
+/// posting order, and the writes before it are placed directly. With
+/// `flushes`, a VISIBILITY flush after the first two writes joins the batch
+/// and completes with them; one after the last write goes over the
+/// transport behind it.
+void left_out_region_in_a_batch(bool flushes) {
   auto p = gathering_pair();
   ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
   std::vector<std::uint8_t> filler(4096, 0);
@@ -1982,28 +1985,32 @@ TEST(SameHostGather, WritesToARegionTheTableLeftOutGoOverTheTransportInPostingOr
   ASSERT_EQ(out_mr.impl()->direct_slot, -1) << "the table took more than kCapacity regions";
   const RemoteRegion out = MUST(out_mr.remote());
 
+  const std::size_t posts = flushes ? 7 : 5;
   const auto until = std::chrono::steady_clock::now() + 10s;
   for (int round = 0; round < 100 && std::chrono::steady_clock::now() < until; ++round) {
     const auto fill_byte = static_cast<std::uint8_t>(0x30 + round % 64);
     std::memset(p->local_mem.data(), fill_byte, p->local_mem.size());
     const std::uint64_t ops = direct_ops(p->iep), by_transport = p->iep.impl()->gathered_by_transport.load(),
-                        in_batches = batched(p->iep);
+                        in_batches = batched(p->iep), joined = flushes_joined(p->iep);
     let_agent_look(*p);
     Completion none[1];
     (void)p->icq.poll(none);
     // Two pages, the left-out region, then two writes to the same page:
     // the later one (0xC3) must stay.
+    std::uint64_t cookie = 0;
     Segment a(p->lmr, 0, 4096), b(p->lmr, 4096, 4096);
-    ASSERT_OK(p->iep.write({&a, 1}, p->rr, 0, 1));
-    ASSERT_OK(p->iep.write({&b, 1}, p->rr, 4096, 2));
-    ASSERT_OK(p->iep.write({&a, 1}, out, 0, 3));
+    ASSERT_OK(p->iep.write({&a, 1}, p->rr, 0, ++cookie));
+    ASSERT_OK(p->iep.write({&b, 1}, p->rr, 4096, ++cookie));
+    if (flushes) ASSERT_OK(p->iep.flush(p->rr, 0, 8192, FlushType::visibility, ++cookie));
+    ASSERT_OK(p->iep.write({&a, 1}, out, 0, ++cookie));
     std::memset(p->local_mem.data() + 8192, 0xC3, 4096);
     Segment c(p->lmr, 8192, 4096);
-    ASSERT_OK(p->iep.write({&a, 1}, p->rr, 8192, 4));
-    ASSERT_OK(p->iep.write({&c, 1}, p->rr, 8192, 5));
-    auto done = collect(p->icq, 5);
-    ASSERT_EQ(done.size(), 5u) << describe(done);
-    for (std::size_t i = 0; i < 5; ++i) {
+    ASSERT_OK(p->iep.write({&a, 1}, p->rr, 8192, ++cookie));
+    ASSERT_OK(p->iep.write({&c, 1}, p->rr, 8192, ++cookie));
+    if (flushes) ASSERT_OK(p->iep.flush(p->rr, 8192, 4096, FlushType::visibility, ++cookie));
+    auto done = collect(p->icq, posts);
+    ASSERT_EQ(done.size(), posts) << describe(done);
+    for (std::size_t i = 0; i < posts; ++i) {
       EXPECT_FALSE(done[i].status) << describe(done[i]);
       EXPECT_EQ(done[i].cookie, i + 1);
     }
@@ -2017,19 +2024,28 @@ TEST(SameHostGather, WritesToARegionTheTableLeftOutGoOverTheTransportInPostingOr
     EXPECT_TRUE(std::all_of(p->target_mem.begin() + 8192, p->target_mem.begin() + 12288, [](std::uint8_t v) {
       return v == 0xC3;
     })) << "a write over the transport was placed before one posted ahead of it";
-    // The case tested: all five in one batch (the poster was not
+    // The case tested: all five writes in one batch (the poster was not
     // descheduled for longer than its poll's claim), every one of them
     // either placed in it or sent on by it. Then the write to the left-out
     // region and the two after it went over the transport, and only the
-    // first two were placed directly.
+    // first two were placed directly (and the flush after them).
     const std::uint64_t sent_on = p->iep.impl()->gathered_by_transport.load() - by_transport;
     if (batched(p->iep) - in_batches + sent_on == 5) {
       EXPECT_EQ(sent_on, 3u) << "writes after the left-out region were placed directly";
-      EXPECT_EQ(direct_ops(p->iep) - ops, 2u);
+      EXPECT_EQ(direct_ops(p->iep) - ops, flushes ? 3u : 2u);
+      EXPECT_EQ(flushes_joined(p->iep) - joined, flushes ? 1u : 0u);
       return;
     }
   }
   ADD_FAILURE() << "in 100 rounds, the five writes never went in one batch";
+}
+
+TEST(SameHostGather, WritesToARegionTheTableLeftOutGoOverTheTransportInPostingOrder) {
+  left_out_region_in_a_batch(false);
+}
+
+TEST(SameHostGather, FlushesAfterAWriteToARegionTheTableLeftOutFollowItOverTheTransport) {
+  left_out_region_in_a_batch(true);
 }
 
 TEST(SameHostGather, TheEnvironmentTurnsItOff) {
