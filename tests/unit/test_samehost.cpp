@@ -1933,10 +1933,12 @@ TEST(SameHostGather, WritesPostedOnePerPollWhileCompletionsWaitAreGathered) {
 
 TEST(SameHostGather, WritesAreStillPlacedWhenTheUserStopsPolling) {
   // Posted right after a poll, then no poll: the agent places them (within
-  // kGatherBound of 2 ms; bounded here at 2 s).
+  // kGatherBound of 2 ms; bounded here at 2 s), and completes the flush
+  // that joined them.
   auto p = gathering_pair();
   ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
   post_pages(*p, 3, 0x71, 0);
+  ASSERT_OK(p->iep.flush(p->rr, 0, 3 * 4096, FlushType::visibility, 3));
   ASSERT_FALSE(::testing::Test::HasFailure()) << "a write was not posted";
   auto landed = [&] {
     // The bytes another thread (the agent) writes: read as atomics.
@@ -1948,19 +1950,25 @@ TEST(SameHostGather, WritesAreStillPlacedWhenTheUserStopsPolling) {
   const auto until = std::chrono::steady_clock::now() + 2s;
   while (!landed() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
   EXPECT_TRUE(landed()) << "writes posted right before the user stopped polling never landed";
-  EXPECT_EQ(collect(p->icq, 3).size(), 3u);
+  auto c = collect(p->icq, 4);
+  ASSERT_EQ(c.size(), 4u);
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_FALSE(c[i].status) << describe(c[i]);
+    EXPECT_EQ(c[i].cookie, i);
+  }
 }
 
 TEST(SameHostGather, WritesGatheredBeforeADisconnectAreWritten) {
   auto p = gathering_pair();
   ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
   post_pages(*p, 3, 0x73, 0);
+  ASSERT_OK(p->iep.flush(p->rr, 0, 3 * 4096, FlushType::visibility, 3));
   ASSERT_FALSE(::testing::Test::HasFailure()) << "a write was not posted";
   ASSERT_OK(p->iep.disconnect());
   EXPECT_TRUE(
       std::all_of(p->target_mem.begin(), p->target_mem.begin() + 3 * 4096, [](std::uint8_t b) { return b == 0x73; }));
-  auto c = collect(p->icq, 3);
-  ASSERT_EQ(c.size(), 3u);
+  auto c = collect(p->icq, 4);
+  ASSERT_EQ(c.size(), 4u);
   for (const auto& one : c) EXPECT_FALSE(one.status) << describe(one);
 }
 
