@@ -1972,6 +1972,34 @@ TEST(SameHostGather, WritesGatheredBeforeADisconnectAreWritten) {
   for (const auto& one : c) EXPECT_FALSE(one.status) << describe(one);
 }
 
+TEST(SameHostGather, APersistentFlushDoesNotJoinTheGatheredWrites) {
+  // Only the owner can write back its heap: a PERSISTENT flush of it goes
+  // over the transport, after the writes gathered before it are placed, and
+  // the writes after it wait for it.
+  auto p = gathering_pair();
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  std::vector<std::uint8_t> heap(4096);
+  auto hmr = MUST(p->tz.register_memory(heap.data(), heap.size(), Access::all, true));
+  auto hrr = MUST(hmr.remote());
+  std::memset(p->local_mem.data(), 0x6b, p->local_mem.size());
+  Completion none[1];
+  (void)p->icq.poll(none);
+  Segment a(p->lmr, 0, 4096), b(p->lmr, 4096, 4096), c(p->lmr, 8192, 4096);
+  ASSERT_OK(p->iep.write({&a, 1}, p->rr, 0, 1));
+  ASSERT_OK(p->iep.write({&b, 1}, p->rr, 4096, 2));
+  ASSERT_OK(p->iep.flush(hrr, 0, 4096, FlushType::persistent, 3));
+  ASSERT_OK(p->iep.write({&c, 1}, p->rr, 8192, 4));
+  auto done = collect(p->icq, 4);
+  ASSERT_EQ(done.size(), 4u) << describe(done);
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_FALSE(done[i].status) << describe(done[i]);
+    EXPECT_EQ(done[i].cookie, i + 1);
+  }
+  EXPECT_EQ(flushes_joined(p->iep), 0u) << "a PERSISTENT flush joined the batch";
+  EXPECT_TRUE(
+      std::all_of(p->target_mem.begin(), p->target_mem.begin() + 3 * 4096, [](std::uint8_t v) { return v == 0x6b; }));
+}
+
 /// The zone's table holds kCapacity regions; one registered after it is full
 /// is left out, and the initiator cannot check a write to it: the write goes
 /// over the transport, where the target checks it, never refused for want
