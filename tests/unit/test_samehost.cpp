@@ -2037,13 +2037,17 @@ void left_out_region_in_a_batch(bool flushes) {
     Segment a(p->lmr, 0, 4096), b(p->lmr, 4096, 4096);
     ASSERT_OK(p->iep.write({&a, 1}, p->rr, 0, ++cookie));
     ASSERT_OK(p->iep.write({&b, 1}, p->rr, 4096, ++cookie));
-    if (flushes) ASSERT_OK(p->iep.flush(p->rr, 0, 8192, FlushType::visibility, ++cookie));
+    if (flushes) {
+      ASSERT_OK(p->iep.flush(p->rr, 0, 8192, FlushType::visibility, ++cookie));
+    }
     ASSERT_OK(p->iep.write({&a, 1}, out, 0, ++cookie));
     std::memset(p->local_mem.data() + 8192, 0xC3, 4096);
     Segment c(p->lmr, 8192, 4096);
     ASSERT_OK(p->iep.write({&a, 1}, p->rr, 8192, ++cookie));
     ASSERT_OK(p->iep.write({&c, 1}, p->rr, 8192, ++cookie));
-    if (flushes) ASSERT_OK(p->iep.flush(p->rr, 8192, 4096, FlushType::visibility, ++cookie));
+    if (flushes) {
+      ASSERT_OK(p->iep.flush(p->rr, 8192, 4096, FlushType::visibility, ++cookie));
+    }
     auto done = collect(p->icq, posts);
     ASSERT_EQ(done.size(), posts) << describe(done);
     for (std::size_t i = 0; i < posts; ++i) {
