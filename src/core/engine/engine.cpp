@@ -512,10 +512,11 @@ void EndpointImpl::pump_deferred() {
     // placed directly now if it can be, as when nothing was before it.
     deferred.pop_front();
     if (try_direct(s, true)) continue;
-    deferred.push_front(s.index);
     int rc = post_slot(s);
-    if (rc == -EAGAIN) return;  // retried after the next completion
-    deferred.pop_front();
+    if (rc == -EAGAIN) {
+      deferred.push_front(s.index);  // retried after the next completion
+      return;
+    }
     if (rc) {
       fail(&s, error_from_post(rc), ConnectionEventType::lost);
       return;
