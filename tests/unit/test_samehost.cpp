@@ -1531,6 +1531,17 @@ bool post_batch(Pair& p, int n, std::uint8_t fill, std::uint64_t cookie0) {
   return batched(p.iep) == before + static_cast<std::uint64_t>(n);
 }
 
+/// The target's first `bytes` hold `fill` and the rest is as the pair made
+/// it (Pair::kTargetFill): the writes up to there landed, nothing beyond.
+::testing::AssertionResult target_written_up_to(const Pair& p, std::size_t bytes, std::uint8_t fill) {
+  const auto end = p.target_mem.begin() + static_cast<std::ptrdiff_t>(bytes);
+  if (!std::all_of(p.target_mem.begin(), end, [&](std::uint8_t v) { return v == fill; }))
+    return ::testing::AssertionFailure() << "the first " << bytes << " bytes do not all hold the written value";
+  if (!std::all_of(end, p.target_mem.end(), [](std::uint8_t v) { return v == Pair::kTargetFill; }))
+    return ::testing::AssertionFailure() << "bytes past the first " << bytes << " were written";
+  return ::testing::AssertionSuccess();
+}
+
 TEST(SameHostGather, WritesPostedBackToBackWhileAUserPollsArePlacedByOneCall) {
   auto p = gathering_pair();
   ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
@@ -1538,10 +1549,7 @@ TEST(SameHostGather, WritesPostedBackToBackWhileAUserPollsArePlacedByOneCall) {
   for (int round = 0; round < 20 && !one_batch; ++round) {
     const auto fill = static_cast<std::uint8_t>(0x10 + round);
     one_batch = post_batch(*p, 8, fill, 100 + 10 * static_cast<std::uint64_t>(round));
-    EXPECT_TRUE(std::all_of(p->target_mem.begin(), p->target_mem.begin() + 8 * 4096,
-                            [&](std::uint8_t b) { return b == fill; }));
-    EXPECT_TRUE(std::all_of(p->target_mem.begin() + 8 * 4096, p->target_mem.end(),
-                            [](std::uint8_t b) { return b == Pair::kTargetFill; }));
+    EXPECT_TRUE(target_written_up_to(*p, 8 * 4096, fill));
   }
   EXPECT_TRUE(one_batch) << "in 20 rounds, 8 writes posted back to back never went in one batch";
   EXPECT_EQ(p->iep.state(), EndpointState::connected);
@@ -1782,11 +1790,7 @@ TEST(SameHostGather, ARefusedWriteInABatchEndsTheConnectionAndNothingAfterItLand
   EXPECT_EQ(c[4].status, make_error_code(Errc::flushed)) << describe(c[4]);
   EXPECT_EQ(c[5].status, make_error_code(Errc::flushed)) << describe(c[5]);
   EXPECT_EQ(p->iep.state(), EndpointState::error);
-  EXPECT_TRUE(
-      std::all_of(p->target_mem.begin(), p->target_mem.begin() + 3 * 4096, [](std::uint8_t b) { return b == 0x5c; }));
-  EXPECT_TRUE(std::all_of(p->target_mem.begin() + 3 * 4096, p->target_mem.end(), [](std::uint8_t b) {
-    return b == Pair::kTargetFill;
-  })) << "a write posted after the refused one landed";
+  EXPECT_TRUE(target_written_up_to(*p, 3 * 4096, 0x5c)) << "the writes before the refused one, and none after it";
 }
 
 TEST(SameHostGather, AFlushOrAFencedWriteComesAfterTheGatheredWrites) {
@@ -1849,10 +1853,7 @@ TEST(SameHostGather, VisibilityFlushesJoinTheGatheredWritesAndCompleteAfterThem)
       EXPECT_FALSE(done[i].status) << describe(done[i]);
       EXPECT_EQ(done[i].cookie, cookies[i]) << "completions out of posting order";
     }
-    EXPECT_TRUE(std::all_of(p->target_mem.begin(), p->target_mem.begin() + 3 * 4096,
-                            [&](std::uint8_t v) { return v == fill; }));
-    EXPECT_TRUE(std::all_of(p->target_mem.begin() + 3 * 4096, p->target_mem.end(),
-                            [](std::uint8_t v) { return v == Pair::kTargetFill; }));
+    EXPECT_TRUE(target_written_up_to(*p, 3 * 4096, fill));
     joined = batched(p->iep) == batched_before + 3 && flushes_joined(p->iep) == joined_before + 3;
   }
   EXPECT_TRUE(joined) << "in 20 rounds, writes and flushes posted in turn never went in one batch";
@@ -1883,11 +1884,7 @@ TEST(SameHostGather, ARefusedFlushPlacesTheWritesBeforeItAndNothingAfterIt) {
   EXPECT_EQ(done[3].status, make_error_code(Errc::flushed)) << describe(done[3]);
   EXPECT_EQ(flushes_joined(p->iep), 0u);
   EXPECT_EQ(p->iep.state(), EndpointState::error);
-  EXPECT_TRUE(
-      std::all_of(p->target_mem.begin(), p->target_mem.begin() + 8192, [](std::uint8_t v) { return v == 0x5d; }));
-  EXPECT_TRUE(std::all_of(p->target_mem.begin() + 8192, p->target_mem.end(), [](std::uint8_t v) {
-    return v == Pair::kTargetFill;
-  })) << "a write posted after the refused flush landed";
+  EXPECT_TRUE(target_written_up_to(*p, 8192, 0x5d)) << "the writes before the refused flush, and none after it";
 }
 
 TEST(SameHostGather, WritesPostedOnePerPollWhileCompletionsWaitAreGathered) {
@@ -1996,8 +1993,7 @@ TEST(SameHostGather, APersistentFlushDoesNotJoinTheGatheredWrites) {
     EXPECT_EQ(done[i].cookie, i + 1);
   }
   EXPECT_EQ(flushes_joined(p->iep), 0u) << "a PERSISTENT flush joined the batch";
-  EXPECT_TRUE(
-      std::all_of(p->target_mem.begin(), p->target_mem.begin() + 3 * 4096, [](std::uint8_t v) { return v == 0x6b; }));
+  EXPECT_TRUE(target_written_up_to(*p, 3 * 4096, 0x6b));
 }
 
 /// The zone's table holds kCapacity regions; one registered after it is full
