@@ -585,6 +585,18 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   std::atomic<std::uint64_t> direct_batched{0};
   std::atomic<std::uint64_t> flushes_joined{0};
   std::atomic<std::uint64_t> gathered_by_transport{0};
+  // Gathered writes that sat idle too long: when the latest write joined
+  // the batch (steady clock, ns), and, once a drive found a batch that had
+  // waited kGatherLate or more since then (the program posted and went off
+  // to do something else, such as spin on memory the peer writes), no
+  // write is gathered until gather_off_until; each such batch doubles the
+  // pause (gather_off_for, kGatherOffMin to kGatherOffMax), a batch placed
+  // in time ends the doubling (note_gather_wait). Late batches are counted
+  // (tests look at it).
+  std::int64_t gather_last_post REMORA_GUARDED_BY(mu) = 0;
+  std::int64_t gather_off_until REMORA_GUARDED_BY(mu) = 0;
+  std::int64_t gather_off_for REMORA_GUARDED_BY(mu) = 0;
+  std::atomic<std::uint64_t> gathers_late{0};
   // Same-host message rings (docs/design.md, "Same-host message rings"):
   // this side's inbox (made and offered once the peer's table was taken;
   // its bell is watched by the agent and the completion queues), the peer's
@@ -648,8 +660,9 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   void complete(OpSlot& s, std::error_code status) REMORA_REQUIRES(mu);
   void report_in_order() REMORA_REQUIRES(mu);
   void pump_deferred() REMORA_REQUIRES(mu);
-  /// `s` may join the writes gathered for one cross-memory call.
-  bool gatherable(const OpSlot& s) const REMORA_REQUIRES(mu);
+  /// `s` may join the writes gathered for one cross-memory call; when it
+  /// may, `now` holds the steady clock's reading (ns) it decided at.
+  bool gatherable(const OpSlot& s, std::int64_t& now) const REMORA_REQUIRES(mu);
   /// `s` is a VISIBILITY flush the peer's table allows, which may join the
   /// gathered writes (completed once those before it are placed).
   bool joins_gathered(const OpSlot& s) REMORA_REQUIRES(mu);
@@ -660,6 +673,9 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// it could not place go to the transport in order, a refused one fails
   /// the endpoint as the target's refusal does.
   void flush_gathered() REMORA_REQUIRES(mu);
+  /// A drive is about to place the gathered writes: a batch that waited
+  /// kGatherLate or more since its latest write pauses gathering.
+  void note_gather_wait() REMORA_REQUIRES(mu);
   void handle(const backend::CqEntry& e) REMORA_REQUIRES(mu);
   void handle_message(RxSlot& rxs, const backend::CqEntry& e) REMORA_REQUIRES(mu);
   void handle_request(const wire::Ctl& req) REMORA_REQUIRES(mu);

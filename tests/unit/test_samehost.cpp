@@ -1542,6 +1542,15 @@ bool post_batch(Pair& p, int n, std::uint8_t fill, std::uint64_t cookie0) {
   return ::testing::AssertionSuccess();
 }
 
+/// The pause on gathering a late batch set (EndpointImpl::note_gather_wait),
+/// in ms, and when it ends (steady clock, ns).
+std::pair<std::int64_t, std::int64_t> gather_pause(const Endpoint& ep) {
+  detail::MutexLock lock(ep.impl()->mu);
+  return {ep.impl()->gather_off_for / 1'000'000, ep.impl()->gather_off_until};
+}
+
+std::uint64_t late_batches(const Endpoint& ep) { return ep.impl()->gathers_late.load(); }
+
 TEST(SameHostGather, WritesPostedBackToBackWhileAUserPollsArePlacedByOneCall) {
   auto p = gathering_pair();
   ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
@@ -1608,8 +1617,9 @@ TEST(SameHostGather, WritesOfAThreadThatDoesNotPollAreGatheredForTheThreadThatDo
   // A poll claims the queue for 1 ms, and the agent places a gathered
   // write 2 ms after it at the latest: a round whose write came more than
   // 0.9 ms after the poll (a loaded machine, a sanitizer) says nothing
-  // either way, and another round is made (4 that say something, at most
-  // 40 in all).
+  // either way, nor does one posted while gathering is paused (a reaper
+  // whose poll came 1 ms or more after the write before: late batches), and
+  // another round is made (4 that say something, at most 40 in all).
   auto p = gathering_pair();
   ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
   Segment seg(p->lmr, 0, 4096);
@@ -1622,9 +1632,10 @@ TEST(SameHostGather, WritesOfAThreadThatDoesNotPollAreGatheredForTheThreadThatDo
       (void)p->icq.poll(none);  // claims the queue
     }).join();
     const std::uint64_t ops = direct_ops(p->iep);
+    const bool paused = std::chrono::steady_clock::now().time_since_epoch().count() < gather_pause(p->iep).second;
     ASSERT_OK(p->iep.write({&seg, 1}, p->rr, 0, i));
     const std::uint64_t placed = direct_ops(p->iep);
-    if (std::chrono::steady_clock::now() - polled < 900us) {
+    if (std::chrono::steady_clock::now() - polled < 900us && !paused) {
       ++told;
       EXPECT_EQ(placed, ops) << "write " << i << " was placed by the thread that posted it";
     }
@@ -1953,6 +1964,75 @@ TEST(SameHostGather, WritesAreStillPlacedWhenTheUserStopsPolling) {
     EXPECT_FALSE(c[i].status) << describe(c[i]);
     EXPECT_EQ(c[i].cookie, i);
   }
+}
+
+/// post_pages, then no poll until the writes landed (the agent placed them;
+/// bounded at 2 s), then their completions.
+void post_and_wait_on_memory(Pair& p, int n, std::uint8_t fill, std::uint64_t cookie0) {
+  post_pages(p, n, fill, cookie0);
+  const auto last = static_cast<std::size_t>(n) * 4096 - 1;
+  const auto until = std::chrono::steady_clock::now() + 2s;
+  while (std::atomic_ref<std::uint8_t>(p.target_mem[last]).load(std::memory_order_acquire) != fill &&
+         std::chrono::steady_clock::now() < until) {
+  }
+  EXPECT_TRUE(target_written_up_to(p, static_cast<std::size_t>(n) * 4096, fill));
+  EXPECT_EQ(collect(p.icq, static_cast<std::size_t>(n)).size(), static_cast<std::size_t>(n));
+}
+
+TEST(SameHostGather, ABatchLeftWaitingForAPollPausesGathering) {
+  // A program that posts writes and then waits on something other than its
+  // completion queue (memory the peer writes, say) had every batch wait for
+  // the agent's look (2 ms). The first such batch pauses gathering: the
+  // writes after it are placed as they are posted.
+  auto p = gathering_pair();
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  const std::uint64_t before = direct_ops(p->iep);
+  post_and_wait_on_memory(*p, 2, 0x31, 0);
+  ASSERT_EQ(late_batches(p->iep), 1u) << "the batch was not found late";
+  ASSERT_EQ(gather_pause(p->iep).first, 10);
+
+  Completion none[1];
+  (void)p->icq.poll(none);
+  std::memset(p->local_mem.data(), 0x32, 2 * 4096);
+  for (std::uint64_t i = 0; i < 2; ++i) {
+    Segment seg(p->lmr, i * 4096, 4096);
+    ASSERT_OK(p->iep.write({&seg, 1}, p->rr, i * 4096, 10 + i));
+  }
+  const std::uint64_t placed = direct_ops(p->iep) - before;
+  if (std::chrono::steady_clock::now().time_since_epoch().count() >= gather_pause(p->iep).second)
+    GTEST_SKIP() << "the writes were posted after the 10 ms pause had ended (a slow machine)";
+  EXPECT_EQ(placed, 4u) << "writes posted during the pause were gathered";
+  EXPECT_TRUE(target_written_up_to(*p, 2 * 4096, 0x32));
+  EXPECT_EQ(collect(p->icq, 2).size(), 2u);
+}
+
+TEST(SameHostGather, EachLateBatchDoublesThePauseAndABatchPlacedInTimeEndsIt) {
+  auto p = gathering_pair();
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  auto wait_out_pause = [&] {
+    while (std::chrono::steady_clock::now().time_since_epoch().count() < gather_pause(p->iep).second)
+      std::this_thread::sleep_for(1ms);
+  };
+  post_and_wait_on_memory(*p, 2, 0x41, 0);
+  ASSERT_EQ(late_batches(p->iep), 1u);
+  EXPECT_EQ(gather_pause(p->iep).first, 10);
+  wait_out_pause();
+  post_and_wait_on_memory(*p, 2, 0x42, 10);
+  ASSERT_EQ(late_batches(p->iep), 2u);
+  EXPECT_EQ(gather_pause(p->iep).first, 20);
+  // A batch its user places by polling right after posting: the doubling
+  // ends. (A round whose poll came late, the thread descheduled, is tried
+  // again.)
+  bool in_time = false;
+  for (int round = 0; round < 10 && !in_time; ++round) {
+    wait_out_pause();
+    const std::uint64_t late = late_batches(p->iep);
+    const bool one_batch =
+        post_batch(*p, 2, static_cast<std::uint8_t>(0x50 + round), 100 + 10 * static_cast<std::uint64_t>(round));
+    in_time = one_batch && late_batches(p->iep) == late;
+  }
+  ASSERT_TRUE(in_time) << "in 10 rounds no batch was gathered and placed by the user's poll";
+  EXPECT_EQ(gather_pause(p->iep).first, 0);
 }
 
 TEST(SameHostGather, WritesGatheredBeforeADisconnectAreWritten) {

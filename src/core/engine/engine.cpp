@@ -19,6 +19,18 @@ constexpr std::uint64_t kGatherBytes = 1024 * 1024;
 // How long gathered writes may wait for their user's next poll before the
 // agent places them (the user stopped polling right after posting).
 constexpr std::chrono::milliseconds kGatherBound{2};
+// A batch a drive finds idle this long after its latest write pauses
+// gathering on the endpoint (note_gather_wait): a program that polls after
+// posting places its batches within microseconds; one that posts, then
+// waits on something else (memory the peer writes, say), would see every
+// batch wait for the agent. The pause starts at kGatherOffMin and doubles
+// with each late batch up to kGatherOffMax, so such a program pays one late
+// batch per kGatherOffMax at most once the pause is long.
+constexpr std::chrono::milliseconds kGatherLate{1};
+constexpr std::chrono::milliseconds kGatherOffMin{10};
+constexpr std::chrono::milliseconds kGatherOffMax{1000};
+
+std::int64_t steady_ns() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
 
 std::error_code status_from_transport(int err) {
   switch (err) {
@@ -239,9 +251,11 @@ Result<void> EndpointImpl::submit(std::uint32_t index) {
   if (!gathered.empty()) {
     // Another write posted back to back joins them; anything else places
     // them first (the operation comes after them in every respect).
-    if (gathered.size() < kMaxGathered && gatherable(s) && gathered_bytes + s.done.length <= kGatherBytes) {
+    std::int64_t now = 0;
+    if (gathered.size() < kMaxGathered && gatherable(s, now) && gathered_bytes + s.done.length <= kGatherBytes) {
       gathered.push_back(index);
       gathered_bytes += s.done.length;
+      gather_last_post = now;
       if (++gathered_writes == direct::Peer::kMaxBatch || gathered_bytes == kGatherBytes) flush_gathered();
       return {};
     }
@@ -327,7 +341,8 @@ bool EndpointImpl::try_direct(OpSlot& s, bool deferred_front) {
   const bool write = s.kind == OpSlot::Kind::write;
   if (!write && s.kind != OpSlot::Kind::read) return false;
   if (s.done.length == 0) return false;  // nothing to place: the transport's rules apply
-  if (!deferred_front && gatherable(s)) {
+  std::int64_t now = 0;
+  if (!deferred_front && gatherable(s, now)) {
     // Placed with the writes posted right after it, at the latest when the
     // user's next poll drives the endpoint; should the user stop polling,
     // the agent places them within kGatherBound.
@@ -338,10 +353,11 @@ bool EndpointImpl::try_direct(OpSlot& s, bool deferred_front) {
     // owes_work: that would have the agent progress it at every look too,
     // contending with that user for the endpoint's lock.
     send_cq->note_owing(*this);
-    const auto now = std::chrono::steady_clock::now();
-    if (now.time_since_epoch().count() >= gather_bound_asked && zone->agent->serves_others()) {
-      gather_bound_asked = (now + kGatherBound).time_since_epoch().count();
-      zone->agent->look_by(this, now + kGatherBound);
+    gather_last_post = now;
+    if (now >= gather_bound_asked && zone->agent->serves_others()) {
+      const std::chrono::steady_clock::time_point by{std::chrono::nanoseconds(now) + kGatherBound};
+      gather_bound_asked = by.time_since_epoch().count();
+      zone->agent->look_by(this, by);
     }
     return true;
   }
@@ -385,7 +401,7 @@ bool EndpointImpl::try_direct(OpSlot& s, bool deferred_front) {
   return false;
 }
 
-bool EndpointImpl::gatherable(const OpSlot& s) const {
+bool EndpointImpl::gatherable(const OpSlot& s, std::int64_t& now) const {
   // A plain write smaller than a split transfer (copier.hpp), while a user
   // thread polls the endpoint's completion queue (CompletionQueue::poll
   // claims it for 1 ms), into a region not mapped here (a memcpy through a
@@ -403,8 +419,22 @@ bool EndpointImpl::gatherable(const OpSlot& s) const {
   // program keeping several writes in flight and reaping one completion per
   // poll (fio's librpma engines) has them placed together.
   if (burst_writes <= 1 && last_burst_writes <= 1 && send_cq->queued.load(std::memory_order_relaxed) == 0) return false;
-  return send_cq->claimed(std::chrono::steady_clock::now().time_since_epoch().count()) &&
-         !direct_peer->shareable(s.rkey);
+  // Not while a late batch pauses gathering (note_gather_wait).
+  now = steady_ns();
+  return now >= gather_off_until && send_cq->claimed(now) && !direct_peer->shareable(s.rkey);
+}
+
+void EndpointImpl::note_gather_wait() {
+  const std::int64_t now = steady_ns();
+  if (now - gather_last_post < std::chrono::nanoseconds(kGatherLate).count()) {
+    gather_off_for = 0;
+    return;
+  }
+  const std::int64_t min = std::chrono::nanoseconds(kGatherOffMin).count();
+  const std::int64_t max = std::chrono::nanoseconds(kGatherOffMax).count();
+  gather_off_for = gather_off_for == 0 ? min : std::min(2 * gather_off_for, max);
+  gather_off_until = now + gather_off_for;
+  gathers_late.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool EndpointImpl::joins_gathered(const OpSlot& s) {
@@ -671,6 +701,7 @@ int EndpointImpl::progress() {
   MutexLock lock(mu);
   if (!conn || closed) return 0;
   progress_calls.fetch_add(1, std::memory_order_relaxed);
+  if (!gathered.empty()) note_gather_wait();
   flush_gathered();
   std::shared_lock<std::shared_mutex> transport(zone->transport_mu);
   int total = 0;
