@@ -534,6 +534,30 @@ else
     echo "smoke.sh: skip: $SAMEHOST not built (the same-host baselines)"
 fi
 
+# remora-bench-memwait (bench/memwait.cpp): a short ping-pong must finish
+# (every round's write seen by the other side) and print its line; no
+# timing is checked. Bad arguments exit 2.
+MEMWAIT=$BIN_DIR/remora-bench-memwait
+if [[ -x "$MEMWAIT" ]]; then
+    rc=0
+    timeout 60 "$MEMWAIT" --iters 300 --signal-every 4 </dev/null >"$WORK/memwait.out" 2>"$WORK/memwait.err" || rc=$?
+    if [[ $rc -eq 0 ]] && grep -Eq '^size 8  signal-every 4  rounds 300  rtt p50 [0-9.]+ us .* CPU [0-9.]+ us/round' \
+        "$WORK/memwait.out"; then
+        pass "remora-bench-memwait --iters 300 --signal-every 4"
+    else
+        fail "remora-bench-memwait: exit $rc"; cat "$WORK/memwait.out" "$WORK/memwait.err" >&2
+    fi
+    rc=0
+    timeout 10 "$MEMWAIT" --signal-every 0 >/dev/null 2>&1 || rc=$?
+    if [[ $rc -eq 2 ]]; then
+        pass "remora-bench-memwait usage error exits 2"
+    else
+        fail "remora-bench-memwait --signal-every 0: exit $rc"
+    fi
+else
+    echo "smoke.sh: skip: $MEMWAIT not built"
+fi
+
 # remora-bench-ucx-user (bench/ucx_user.cpp, built when UCX is found): one
 # short run must give a put_bw row at the size asked and the 8-byte put_lat
 # row, over UCX_TLS=sm when the variable is unset; no timing is checked.
