@@ -74,7 +74,8 @@ void wait_for(const std::uint8_t& b, std::uint8_t v, long round) {
   const auto until = Clock::now() + 10s;
   std::uint32_t spins = 0;
   while (std::atomic_ref<const std::uint8_t>(b).load(std::memory_order_acquire) != v) {
-    if (++spins % 4096 == 0 && Clock::now() > until) die("wait", "round " + std::to_string(round) + ": no write in 10 s");
+    if (++spins % 4096 == 0 && Clock::now() > until)
+      die("wait", "round " + std::to_string(round) + ": no write in 10 s");
   }
 }
 
@@ -220,10 +221,13 @@ int main(int argc, char** argv) {
   std::sort(sorted.begin(), sorted.end());
   double sum = 0;
   for (double x : rtt) sum += x;
-  const auto at = [&](double q) { return sorted[static_cast<std::size_t>(q * static_cast<double>(sorted.size() - 1))]; };
-  std::printf("size %zu  signal-every %ld  rounds %ld  rtt p50 %.2f us  p99 %.2f us  mean %.2f us  max %.1f us  "
-              "CPU %.2f us/round (both processes)\n",
-              s.size, s.signal_every, s.iters, at(0.5), at(0.99), sum / static_cast<double>(rtt.size()), sorted.back(),
-              cpu * 1e6 / static_cast<double>(s.iters));
+  const auto at = [&](double q) {
+    return sorted[static_cast<std::size_t>(q * static_cast<double>(sorted.size() - 1))];
+  };
+  std::printf(
+      "size %zu  signal-every %ld  rounds %ld  rtt p50 %.2f us  p99 %.2f us  mean %.2f us  max %.1f us  "
+      "CPU %.2f us/round (both processes)\n",
+      s.size, s.signal_every, s.iters, at(0.5), at(0.99), sum / static_cast<double>(rtt.size()), sorted.back(),
+      cpu * 1e6 / static_cast<double>(s.iters));
   return 0;
 }
