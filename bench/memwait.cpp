@@ -10,9 +10,13 @@
 // same way, then writes its answer. Neither side polls its completion
 // queue to wait: one write in N is signalled (--signal-every, default 16),
 // and after that write's round its side polls until the completion came;
-// the others are posted unsignalled. The way perftest's write latency test
-// runs, and the way programs do that have the peer look at the bytes (a
-// flag after the data) instead of sending it a message.
+// the others are posted unsignalled. Round i writes from slot i % N of the
+// side's source buffer (N slots of SIZE bytes): a slot is written again
+// only after the signalled write that ends its cycle completed, as the
+// library may read a source until its write completes. The way
+// perftest's write latency test runs, and the way programs do that have
+// the peer look at the bytes (a flag after the data) instead of sending it
+// a message.
 //
 // Printed: the round trip per round (post of the parent's write to the
 // child's answer seen) as median, 99th percentile, mean and maximum, and
@@ -91,8 +95,13 @@ struct Side {
   long signalled = 0;
 
   void write(long i, const Settings& s) {
-    src[s.size - 1] = mark(i);
-    const Segment seg(src_mr, 0, s.size);
+    // Round i's source is slot i % N: a slot is written again only after
+    // the signalled write that ends its cycle completed (reap), which says
+    // every write before it completed too; the library may read a source
+    // until then.
+    const std::size_t at = static_cast<std::size_t>(i % s.signal_every) * s.size;
+    src[at + s.size - 1] = mark(i);
+    const Segment seg(src_mr, at, s.size);
     const bool signal = (i + 1) % s.signal_every == 0;
     must(ep.write({&seg, 1}, peer, 0, static_cast<std::uint64_t>(i), signal ? PostFlags::none : PostFlags::unsignalled),
          "post a write");
@@ -124,7 +133,7 @@ double run(bool parent, int port_pipe, const Settings& s, std::vector<double>* r
   Fabric fabric = must(Fabric::open({.address = "127.0.0.1"}), "open the fabric");
   ProtectionZone zone = must(fabric.create_zone(), "create a zone");
   CompletionQueue cq = must(zone.create_cq(), "create a completion queue");
-  std::vector<std::uint8_t> src(s.size, 0), dst(s.size, 0);
+  std::vector<std::uint8_t> src(s.size * static_cast<std::size_t>(s.signal_every), 0), dst(s.size, 0);
   MemoryRegion src_mr = must(zone.register_memory(src.data(), src.size(), Access::local_read), "register the source");
   MemoryRegion dst_mr = must(zone.register_memory(dst.data(), dst.size(), Access::remote_write), "register the target");
   const std::vector<std::uint8_t> mine = must(dst_mr.remote(), "describe the target").serialize();
