@@ -1871,6 +1871,23 @@ TEST(SameHostGather, VisibilityFlushesJoinTheGatheredWritesAndCompleteAfterThem)
   EXPECT_EQ(p->iep.state(), EndpointState::connected);
 }
 
+/// Right after a poll: writes of local pages 0 and 1 to target pages 0
+/// and 1 (cookies 1, 2), a flush of the first `len` bytes of `fr` of
+/// `type` (cookie 3), a write of page 2 to target page 2 (cookie 4); then
+/// their completions into `done` (call inside ASSERT_NO_FATAL_FAILURE: a
+/// post that fails ends the test).
+void flush_between_writes(Pair& p, const RemoteRegion& fr, std::uint64_t len, FlushType type,
+                          std::vector<Completion>& done) {
+  Completion none[1];
+  (void)p.icq.poll(none);
+  Segment a(p.lmr, 0, 4096), b(p.lmr, 4096, 4096), c(p.lmr, 8192, 4096);
+  ASSERT_OK(p.iep.write({&a, 1}, p.rr, 0, 1));
+  ASSERT_OK(p.iep.write({&b, 1}, p.rr, 4096, 2));
+  ASSERT_OK(p.iep.flush(fr, 0, len, type, 3));
+  ASSERT_OK(p.iep.write({&c, 1}, p.rr, 8192, 4));
+  done = collect(p.icq, 4);
+}
+
 TEST(SameHostGather, ARefusedFlushPlacesTheWritesBeforeItAndNothingAfterIt) {
   // A flush is checked when it is posted, before anything gathered is
   // placed: one the table refuses does not join. The writes before it are
@@ -1880,14 +1897,8 @@ TEST(SameHostGather, ARefusedFlushPlacesTheWritesBeforeItAndNothingAfterIt) {
   ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
   std::memset(p->local_mem.data(), 0x5d, p->local_mem.size());
   RemoteRegion forged(p->rr.address(), p->rr.length(), p->rr.key() ^ 0x5a5a, p->rr.access(), false);
-  Completion none[1];
-  (void)p->icq.poll(none);
-  Segment a(p->lmr, 0, 4096), b(p->lmr, 4096, 4096), c(p->lmr, 8192, 4096);
-  ASSERT_OK(p->iep.write({&a, 1}, p->rr, 0, 1));
-  ASSERT_OK(p->iep.write({&b, 1}, p->rr, 4096, 2));
-  ASSERT_OK(p->iep.flush(forged, 0, 8192, FlushType::visibility, 3));
-  ASSERT_OK(p->iep.write({&c, 1}, p->rr, 8192, 4));
-  auto done = collect(p->icq, 4);
+  std::vector<Completion> done;
+  ASSERT_NO_FATAL_FAILURE(flush_between_writes(*p, forged, 8192, FlushType::visibility, done));
   ASSERT_EQ(done.size(), 4u) << describe(done);
   EXPECT_FALSE(done[0].status) << describe(done[0]);
   EXPECT_FALSE(done[1].status) << describe(done[1]);
@@ -2059,14 +2070,8 @@ TEST(SameHostGather, APersistentFlushDoesNotJoinTheGatheredWrites) {
   auto hmr = MUST(p->tz.register_memory(heap.data(), heap.size(), Access::all, true));
   auto hrr = MUST(hmr.remote());
   std::memset(p->local_mem.data(), 0x6b, p->local_mem.size());
-  Completion none[1];
-  (void)p->icq.poll(none);
-  Segment a(p->lmr, 0, 4096), b(p->lmr, 4096, 4096), c(p->lmr, 8192, 4096);
-  ASSERT_OK(p->iep.write({&a, 1}, p->rr, 0, 1));
-  ASSERT_OK(p->iep.write({&b, 1}, p->rr, 4096, 2));
-  ASSERT_OK(p->iep.flush(hrr, 0, 4096, FlushType::persistent, 3));
-  ASSERT_OK(p->iep.write({&c, 1}, p->rr, 8192, 4));
-  auto done = collect(p->icq, 4);
+  std::vector<Completion> done;
+  ASSERT_NO_FATAL_FAILURE(flush_between_writes(*p, hrr, 4096, FlushType::persistent, done));
   ASSERT_EQ(done.size(), 4u) << describe(done);
   for (std::size_t i = 0; i < 4; ++i) {
     EXPECT_FALSE(done[i].status) << describe(done[i]);
