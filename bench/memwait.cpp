@@ -83,15 +83,14 @@ void wait_for(const std::uint8_t& b, std::uint8_t v, long round) {
   }
 }
 
-/// The side's endpoint, its queue and both buffers.
+/// The side's endpoint, its queue, the peer's buffer and its own source
+/// slots.
 struct Side {
-  ProtectionZone& zone;
   CompletionQueue& cq;
   Endpoint& ep;
   RemoteRegion peer;
   std::vector<std::uint8_t>& src;
   MemoryRegion& src_mr;
-  std::vector<std::uint8_t>& dst;  // written by the peer
   long signalled = 0;
 
   void write(long i, const Settings& s) {
@@ -156,7 +155,7 @@ double run(bool parent, int port_pipe, const Settings& s, std::vector<double>* r
     const std::vector<std::uint8_t> theirs = must(ep.connect_and_wait("127.0.0.1", port, mine, 10s), "connect");
     peer = must(RemoteRegion::parse(theirs), "parse the parent's descriptor");
   }
-  Side side{zone, cq, ep, peer, src, src_mr, dst};
+  Side side{cq, ep, peer, src, src_mr};
   const std::uint8_t& last = dst[s.size - 1];
   // 1,000 rounds of warm-up (the same-host path set up, pages touched),
   // then the measured ones.
