@@ -329,7 +329,8 @@ int check(const std::string& provider) {
   const Switch gather = read_switch("REMORA_GATHER_WRITES");
   const Switch helper = read_switch("REMORA_COPY_HELPER");
   const Switch huge = read_switch("REMORA_HUGEPAGES");
-  for (const Switch* s : {&samehost, &gather, &helper, &huge})
+  const Switch ring_writes = read_switch("REMORA_RING_WRITES");
+  for (const Switch* s : {&samehost, &gather, &helper, &huge, &ring_writes})
     if (!s->known)
       out.push_back({'w', std::string(s->name) + "=" + s->value + " is not a value Remora knows: ignored (on)",
                      std::string("set it to 0 to turn it off, or unset it")});
@@ -375,6 +376,13 @@ int check(const std::string& provider) {
                                     "it off)"
                                   : "moved by the posting thread alone (REMORA_COPY_HELPER=" + helper.value + ")"),
                    ""});
+    out.push_back(
+        {'o',
+         std::string("same-host writes of 16 KiB and more into memory the peer does not share: ") +
+             (ring_writes.on ? "copied into the connection's message ring, out of it by the peer "
+                               "(REMORA_RING_WRITES=0 turns it off)"
+                             : "placed by cross-memory attach (REMORA_RING_WRITES=" + ring_writes.value + ")"),
+         ""});
     // Regions of ordinary memory moved into huge pages after registration
     // (docs/design.md, "Huge pages for regions reached by cross-memory
     // attach"): the kernel's setting decides whether it can.

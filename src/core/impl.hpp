@@ -157,6 +157,12 @@ struct ZoneImpl : std::enable_shared_from_this<ZoneImpl> {
   // REMORA_HUGEPAGES=0 when the zone was made. Set at creation, then
   // constant.
   bool direct_huge = true;
+  // Writes of at least kRingWriteMin bytes into memory same-host peers do
+  // not share go over the connection's message ring, where the peer's
+  // progress copies them (EndpointImpl::try_ring_write), unless
+  // REMORA_RING_WRITES=0 when the zone was made. Set at creation, then
+  // constant.
+  bool ring_writes = true;
   // Files that registered ranges of this zone are shared mappings of
   // (find_shared_file): one descriptor per file and open mode, however many
   // regions lie in it (a program registering thousands of ranges of one
@@ -567,6 +573,15 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   // more, flushes that joined one, and writes of a batch sent over the
   // transport instead (tests look at them).
   static constexpr std::size_t kMaxGathered = 2 * direct::Peer::kMaxBatch;
+  // Writes go over the message ring from this many bytes (try_ring_write),
+  // in pieces of more than kRingWritePiece bytes (a ring of smaller slots
+  // carries none).
+  static constexpr std::size_t kRingWriteMin = 16384;
+  static constexpr std::size_t kRingWritePiece = 4096;
+  // The inbox of a zone that takes writes: at least this many slots, of at
+  // least a 64 KiB piece and its RingWrite each (offer_inbox).
+  static constexpr std::size_t kRingWriteSlot = 65536 + sizeof(wire::RingWrite);
+  static constexpr std::size_t kRingWriteSlots = 32;
   std::vector<std::uint32_t> gathered REMORA_GUARDED_BY(mu);
   std::uint64_t gathered_bytes REMORA_GUARDED_BY(mu) = 0;
   std::size_t gathered_writes REMORA_GUARDED_BY(mu) = 0;
@@ -617,10 +632,16 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   bool peer_offer_seen REMORA_GUARDED_BY(mu) = false;
   std::optional<wire::Ctl> early_ring_offer REMORA_GUARDED_BY(mu);
   std::uint32_t ring_in_flight REMORA_GUARDED_BY(mu) = 0;
+  // The peer's inbox takes writes (its offer said kRingTakesWrites), and
+  // this zone sends them there (ZoneImpl::ring_writes).
+  bool outbox_takes_writes REMORA_GUARDED_BY(mu) = false;
   // Sends placed in the peer's inbox, and messages taken from this side's
-  // (tests look at them).
+  // (tests look at them); writes placed in the peer's inbox, and the
+  // peer's writes this side copied from its own.
   std::atomic<std::uint64_t> ring_sent{0};
   std::atomic<std::uint64_t> ring_taken{0};
+  std::atomic<std::uint64_t> ring_writes_sent{0};
+  std::atomic<std::uint64_t> ring_writes_taken{0};
 
   // Read without mu by CqImpl::drive and arm, which then progress only the
   // endpoints that have something: the shared transport queue of the
@@ -735,6 +756,10 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// no outbox, something else in flight, too long).
   enum class RingPut { sent, full, no };
   RingPut try_ring(OpSlot& s) REMORA_REQUIRES(mu);
+  /// The same for write `s` (docs/design.md, "Writes over the message
+  /// ring"): in pieces of at most a slot each, which the peer copies into
+  /// its memory.
+  RingPut try_ring_write(OpSlot& s) REMORA_REQUIRES(mu);
   /// Take what the inbox holds, publish the handled count (ringing the
   /// peer's bell) and believe the peer's count in the outbox. Returns the
   /// messages taken.

@@ -159,15 +159,19 @@ class RingsDriven : public ::testing::Test {
  public:
   void SetUp() override {
     ::setenv("REMORA_SAMEHOST", "1", 1);
+    // The send tests want a ring of max_recv slots, which a zone taking
+    // writes makes larger (RingWritesDriven).
+    if (!ring_writes) ::setenv("REMORA_RING_WRITES", "0", 1);
     fabric = MUST(Fabric::open());
     ZoneOptions zo;
     zo.progress_thread = false;
     tz = MUST(fabric.create_zone(zo));
     iz = MUST(fabric.create_zone(zo));
+    ::unsetenv("REMORA_RING_WRITES");
     tcq = MUST(tz.create_cq());
     icq = MUST(iz.create_cq());
-    tmem.assign(64 * 1024, 0);
-    imem.assign(64 * 1024, 0);
+    tmem.assign(mem_size, 0);
+    imem.assign(mem_size, 0);
     tmr = MUST(tz.register_memory(tmem.data(), tmem.size(), Access::all));
     imr = MUST(iz.register_memory(imem.data(), imem.size(), kLocal));
     rr = MUST(tmr.remote());
@@ -207,6 +211,8 @@ class RingsDriven : public ::testing::Test {
     }
     return out;
   }
+  bool ring_writes = false;  // the zones take and send writes over the rings
+  std::size_t mem_size = 64 * 1024;
   Fabric fabric;
   ProtectionZone tz, iz;
   CompletionQueue tcq, icq;
@@ -810,5 +816,257 @@ TEST(RingOffer, ARingOfferBeforeThePeersDirectOfferIsTakenOnceThatCame) {
   }
   EXPECT_TRUE(rings_set(iep)) << "the initiator cannot send on the target's ring";
   EXPECT_TRUE(rings_set(tep)) << "the target cannot send on the initiator's ring";
+}
+
+// ---- writes over the ring (docs/design.md, "Writes over the message ring") ----
+
+std::uint64_t ring_writes_sent(const Endpoint& ep) { return ep.impl()->ring_writes_sent.load(); }
+std::uint64_t ring_writes_taken(const Endpoint& ep) { return ep.impl()->ring_writes_taken.load(); }
+std::uint64_t direct_ops(const Endpoint& ep) { return ep.impl()->direct_ops.load(); }
+
+/// A same-host pair with agents, 2 MiB on each side, whose zones see
+/// REMORA_RING_WRITES = `target_env` and `initiator_env` when they are made
+/// (null: unset).
+std::unique_ptr<Pair> ring_write_pair(const char* target_env = nullptr, const char* initiator_env = nullptr) {
+  auto set = [](const char* v) {
+    if (v != nullptr)
+      ::setenv("REMORA_RING_WRITES", v, 1);
+    else
+      ::unsetenv("REMORA_RING_WRITES");
+  };
+  ::setenv("REMORA_SAMEHOST", "1", 1);
+  set(target_env);
+  PairOptions o;
+  o.target_size = o.local_size = 2 << 20;
+  o.between_zones = [&] { set(initiator_env); };
+  auto p = std::make_unique<Pair>(o);
+  ::unsetenv("REMORA_SAMEHOST");
+  ::unsetenv("REMORA_RING_WRITES");
+  return p;
+}
+
+/// Write `len` bytes of a pattern from `p`'s local memory, as a gather list
+/// of three segments cut at uneven places, to `at` in the target's memory;
+/// wait for the completion and check the bytes and the bytes around them.
+void write_three_segments(Pair& p, std::size_t at, std::size_t len, std::uint8_t seed) {
+  const auto src = pattern(len, seed);
+  std::memcpy(p.local_mem.data(), src.data(), len);
+  const std::size_t a = len / 3 + 1, b = len / 2 + 7;
+  Segment w[3] = {Segment(p.lmr, 0, a), Segment(p.lmr, a, b - a), Segment(p.lmr, b, len - b)};
+  ASSERT_OK(p.iep.write(w, p.rr, at, seed));
+  auto c = collect(p.icq, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_FALSE(c[0].status) << describe(c[0]);
+  EXPECT_EQ(c[0].cookie, seed);
+  EXPECT_EQ(0, std::memcmp(p.target_mem.data() + at, src.data(), len)) << len << " bytes at " << at;
+  EXPECT_EQ(p.target_mem[at - 1], Pair::kTargetFill) << "a byte before the write changed";
+  EXPECT_EQ(p.target_mem[at + len], Pair::kTargetFill) << "a byte after the write changed";
+}
+
+// A write of 16 KiB or more into memory the initiator cannot map goes over
+// the ring, in pieces when it is longer than a slot, and lands exactly:
+// from a gather list, at an odd offset, of an odd length.
+TEST(RingWrites, AWriteOf16KiBOrMoreGoesOverTheRingAndLandsExactly) {
+  auto p = ring_write_pair();
+  ASSERT_TRUE(ring_ready(p->iep) && ring_ready(p->tep)) << "no rings";
+  const std::uint64_t direct = direct_ops(p->iep);
+  ASSERT_NO_FATAL_FAILURE(write_three_segments(*p, 4097, 16384, 3));
+  EXPECT_EQ(ring_writes_sent(p->iep), 1u);
+  EXPECT_EQ(ring_writes_taken(p->tep), 1u);
+  // 1 MiB less 5 bytes: 16 pieces.
+  ASSERT_NO_FATAL_FAILURE(write_three_segments(*p, 100003, (1 << 20) - 5, 4));
+  EXPECT_EQ(ring_writes_sent(p->iep), 2u);
+  EXPECT_EQ(ring_writes_taken(p->tep), 1u + 16u);
+  EXPECT_EQ(direct_ops(p->iep), direct) << "a ring write counted as a direct one";
+  // One byte less than 16 KiB: placed directly, as before.
+  ASSERT_NO_FATAL_FAILURE(write_three_segments(*p, 1200003, 16383, 5));
+  EXPECT_EQ(ring_writes_sent(p->iep), 2u);
+  EXPECT_EQ(direct_ops(p->iep), direct + 1);
+}
+
+// The writes the ring does not carry: into a region the initiator maps (a
+// memcpy there), with immediate data (its note travels on the connection),
+// and any write to a peer that does not take them or from a zone that does
+// not send them (REMORA_RING_WRITES=0 on either side).
+TEST(RingWrites, WhatTheRingDoesNotCarryIsPlacedAsBefore) {
+  {
+    auto p = ring_write_pair();
+    ASSERT_TRUE(ring_ready(p->iep) && ring_ready(p->tep)) << "no rings";
+    auto shared = MUST(p->tz.allocate(64 * 1024, Access::all));
+    Segment s(p->lmr, 0, 64 * 1024);
+    ASSERT_OK(p->iep.write({&s, 1}, MUST(shared.remote()), 0, 1));
+    ASSERT_OK(p->iep.write_imm({&s, 1}, p->rr, 0, 77, 2));
+    Segment r(p->tmr, 0, 8);
+    ASSERT_OK(p->tep.recv({&r, 1}, 3));
+    auto c = collect(p->icq, 2);
+    ASSERT_EQ(c.size(), 2u);
+    for (const auto& one : c) EXPECT_FALSE(one.status) << describe(one);
+    ASSERT_EQ(collect(p->tcq, 1).size(), 1u);
+    EXPECT_EQ(ring_writes_sent(p->iep), 0u);
+  }
+  for (const auto& [target, initiator] : {std::pair<const char*, const char*>{"0", nullptr}, {nullptr, "0"}}) {
+    auto p = ring_write_pair(target, initiator);
+    ASSERT_TRUE(ring_ready(p->iep) && ring_ready(p->tep)) << "no rings";
+    const std::uint64_t direct = direct_ops(p->iep);
+    ASSERT_NO_FATAL_FAILURE(write_three_segments(*p, 64, 256 * 1024, 6));
+    EXPECT_EQ(ring_writes_sent(p->iep), 0u) << (target ? "the target" : "the initiator") << " said 0";
+    EXPECT_EQ(direct_ops(p->iep), direct + 1);
+  }
+}
+
+// Writes the target's table refuses are refused as before (remote_access,
+// the connection ends), never put on the ring.
+TEST(RingWrites, ARefusedWriteNeverGoesOnTheRing) {
+  auto p = ring_write_pair();
+  ASSERT_TRUE(ring_ready(p->iep) && ring_ready(p->tep)) << "no rings";
+  // A range the target did not grant (the local check of the remote range
+  // passes: the peer may have said more than its table allows).
+  const RemoteRegion forged(p->rr.address(), 2 * p->rr.length(), p->rr.key(), Access::all, false);
+  Segment s(p->lmr, 0, 64 * 1024);
+  ASSERT_OK(p->iep.write({&s, 1}, forged, p->target_mem.size() - 1000, 1));
+  auto c = collect(p->icq, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, make_error_code(Errc::remote_access)) << describe(c[0]);
+  EXPECT_EQ(ring_writes_sent(p->iep), 0u);
+  EXPECT_TRUE(p->target_untouched());
+}
+
+class RingWritesDriven : public RingsDriven {
+ public:
+  RingWritesDriven() {
+    ring_writes = true;
+    mem_size = 4 << 20;
+  }
+  /// Fill `n` bytes of the initiator's memory at `at` with `seed`'s pattern.
+  void fill(std::size_t at, std::size_t n, std::uint8_t seed) {
+    const auto src = pattern(n, seed);
+    std::memcpy(imem.data() + at, src.data(), n);
+  }
+  std::size_t deferred() {
+    detail::MutexLock lock(iep.impl()->mu);
+    return iep.impl()->deferred.size();
+  }
+};
+
+// A ring write completes only once the target copied it: until the target
+// runs, nothing is in its memory and nothing completes.
+TEST_F(RingWritesDriven, AWriteCompletesOnlyOnceTheTargetCopiedIt) {
+  fill(0, 64 * 1024, 1);
+  Segment s(imr, 0, 64 * 1024);
+  ASSERT_OK(iep.write({&s, 1}, rr, 4096, 1));
+  for (int i = 0; i < 20; ++i) (void)iz.progress();
+  EXPECT_EQ(ring_writes_sent(iep), 1u);
+  Completion buf[4];
+  EXPECT_EQ(icq.poll(buf), 0u) << "the write completed before the target took it";
+  EXPECT_TRUE(std::all_of(tmem.begin(), tmem.end(), [](std::uint8_t b) { return b == 0; }));
+  auto c = take(icq, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_FALSE(c[0].status) << describe(c[0]);
+  EXPECT_TRUE(std::equal(imem.begin(), imem.begin() + 64 * 1024, tmem.begin() + 4096));
+}
+
+// Writes that do not fit in the ring's free slots wait (deferred) and go
+// once the target took earlier ones; overlapping writes leave the bytes of
+// the last one posted; a read and a flush behind them see them all.
+TEST_F(RingWritesDriven, WritesBeyondTheRingWaitAndLandInPostingOrderBeforeAReadBehindThem) {
+  constexpr std::size_t kMiB = 1 << 20;
+  fill(0, kMiB, 1);
+  fill(kMiB, kMiB, 2);
+  fill(2 * kMiB, kMiB / 2, 3);
+  Segment a(imr, 0, kMiB), b(imr, kMiB, kMiB), c3(imr, 2 * kMiB, kMiB / 2);
+  ASSERT_OK(iep.write({&a, 1}, rr, 0, 1));          // [0, 1 MiB)
+  ASSERT_OK(iep.write({&b, 1}, rr, kMiB / 2, 2));   // [512 KiB, 1.5 MiB)
+  ASSERT_OK(iep.write({&c3, 1}, rr, kMiB / 4, 3));  // [256 KiB, 768 KiB)
+  Segment back(imr, 2 * kMiB + kMiB / 2, kMiB + kMiB / 2);
+  ASSERT_OK(iep.read({&back, 1}, rr, 0, 4));
+  ASSERT_OK(iep.flush(rr, 0, kMiB, FlushType::visibility, 5));
+  for (int i = 0; i < 20; ++i) (void)iz.progress();
+  // Sixteen pieces each, 32 slots: two writes fit, the rest waits.
+  EXPECT_EQ(ring_writes_sent(iep), 2u);
+  EXPECT_EQ(deferred(), 3u);
+  auto c = take(icq, 5);
+  ASSERT_EQ(c.size(), 5u) << describe(c);
+  for (std::size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(c[i].cookie, i + 1) << "completions out of posting order";
+    EXPECT_FALSE(c[i].status) << describe(c[i]);
+  }
+  EXPECT_EQ(ring_writes_sent(iep), 3u);
+  std::vector<std::uint8_t> want(kMiB + kMiB / 2);
+  std::memcpy(want.data(), imem.data(), kMiB);
+  std::memcpy(want.data() + kMiB / 2, imem.data() + kMiB, kMiB);
+  std::memcpy(want.data() + kMiB / 4, imem.data() + 2 * kMiB, kMiB / 2);
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), tmem.begin())) << "not the last posted write's bytes";
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), imem.begin() + 2 * kMiB + kMiB / 2)) << "the read passed a write";
+}
+
+// The target checks each ring write again against its table: a region
+// deregistered after the initiator checked it, but before the target took
+// the write, gets nothing; the connection ends (as a remote access error
+// ends it) and the write fails.
+TEST_F(RingWritesDriven, ARegionDeregisteredBeforeTheTargetTookTheWriteGetsNothing) {
+  std::vector<std::uint8_t> far(64 * 1024, 0x11);
+  auto fmr = MUST(tz.register_memory(far.data(), far.size(), Access::all));
+  fill(0, 32 * 1024, 7);
+  Segment s(imr, 0, 32 * 1024);
+  ASSERT_OK(iep.write({&s, 1}, MUST(fmr.remote()), 0, 1));
+  for (int i = 0; i < 20; ++i) (void)iz.progress();
+  ASSERT_EQ(ring_writes_sent(iep), 1u);
+  fmr = MemoryRegion();  // deregistered
+  auto c = take(icq, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_TRUE(c[0].status) << "the write succeeded into a deregistered region";
+  EXPECT_TRUE(std::all_of(far.begin(), far.end(), [](std::uint8_t b) { return b == 0x11; }));
+  EXPECT_EQ(ring_writes_taken(tep), 0u);
+  EXPECT_EQ(tep.state(), EndpointState::error);
+}
+
+/// Put a ring write of `len` bytes (0x99) for `addr` under `key` straight
+/// into the initiator's outbox, `cut` bytes of the message left off its end,
+/// as a broken or hostile peer could; let both sides run; the target must
+/// end the connection with nothing written.
+void expect_refused_at_target(RingWritesDriven& t, std::uint64_t key, std::uint64_t addr, std::size_t len,
+                              std::size_t cut = 0) {
+  detail::wire::RingWrite head{key, addr};
+  std::vector<std::uint8_t> msg(sizeof head + len, 0x99);
+  std::memcpy(msg.data(), &head, sizeof head);
+  {
+    detail::MutexLock lock(t.iep.impl()->mu);
+    remora::backend::Iov v{msg.data(), msg.size() - cut, nullptr};
+    ASSERT_TRUE(t.iep.impl()->outbox->put({&v, 1}, msg.size() - cut, detail::wire::data(detail::wire::ring_write, 1)));
+  }
+  t.settle(100);
+  EXPECT_EQ(t.tep.state(), EndpointState::error);
+  auto ev = t.tep.next_event(0ms);
+  ASSERT_TRUE(ev.ok());
+  EXPECT_EQ(ev->type, ConnectionEventType::lost);
+  EXPECT_TRUE(std::all_of(t.tmem.begin(), t.tmem.end(), [](std::uint8_t x) { return x == 0; }));
+  EXPECT_EQ(ring_writes_taken(t.tep), 0u);
+}
+
+// What a broken or hostile peer could put in the ring as a write, which the
+// target checks again: an unknown key, a range outside the region, a region
+// without remote write, a message shorter than its header.
+TEST_F(RingWritesDriven, ARingWriteUnderAnUnknownKeyEndsTheConnection) {
+  expect_refused_at_target(*this, rr.key() ^ 0x5a5a5a5a, rr.address(), 64);
+}
+
+TEST_F(RingWritesDriven, ARingWritePastTheRegionEndsTheConnection) {
+  expect_refused_at_target(*this, rr.key(), rr.address() + tmem.size() - 32, 64);
+}
+
+TEST_F(RingWritesDriven, ARingWriteBeforeTheRegionEndsTheConnection) {
+  expect_refused_at_target(*this, rr.key(), rr.address() - 8, 64);
+}
+
+TEST_F(RingWritesDriven, ARingWriteIntoARegionWithoutRemoteWriteEndsTheConnection) {
+  std::vector<std::uint8_t> ro(8192, 0x22);
+  auto romr = MUST(tz.register_memory(ro.data(), ro.size(), Access::remote_read | Access::local_read));
+  const RemoteRegion r = MUST(romr.remote());
+  expect_refused_at_target(*this, r.key(), r.address(), 64);
+  EXPECT_TRUE(std::all_of(ro.begin(), ro.end(), [](std::uint8_t x) { return x == 0x22; }));
+}
+
+TEST_F(RingWritesDriven, ARingWriteShorterThanItsHeaderEndsTheConnection) {
+  expect_refused_at_target(*this, rr.key(), rr.address(), 0, 8);
 }
 }  // namespace

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -154,6 +155,9 @@ struct PairOptions {
   std::size_t local_size = 4096;
   bool connect = true;
   FabricOptions fabric{};  // same_host = false: a test of the transport itself
+  // Called after the target's zone is made and before the initiator's (a
+  // test that gives the two zones different environments).
+  std::function<void()> between_zones;
 };
 
 class Pair {
@@ -165,6 +169,7 @@ class Pair {
     local_mem.assign(o.local_size, 0);
     fabric = MUST(Fabric::open(o.fabric));
     tz = MUST(fabric.create_zone());
+    if (o.between_zones) o.between_zones();
     iz = MUST(fabric.create_zone());
     tcq = MUST(tz.create_cq());
     icq = MUST(iz.create_cq());

@@ -192,6 +192,21 @@ bool Table::remove(int index) {
   return !timed_out;
 }
 
+bool Table::place(std::uint64_t key, std::uint64_t addr, std::span<const std::uint8_t> bytes) noexcept {
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    const Found f = find_entry(entries(), key);
+    if (f.torn) continue;
+    const std::uint64_t len = bytes.size();
+    if (f.entry == nullptr || (f.access & kWrite) == 0 || addr < f.addr || len > f.len || addr - f.addr > f.len - len)
+      return false;
+    if (!enter(f)) continue;
+    std::memcpy(reinterpret_cast<void*>(addr), bytes.data(), len);
+    leave(f);
+    return true;
+  }
+  return false;
+}
+
 // ---- initiator side ----
 
 namespace {
@@ -339,7 +354,7 @@ Peer::~Peer() {
   if (pidfd_ >= 0) ::close(pidfd_);
 }
 
-bool Peer::enter(const Found& f) noexcept {
+bool enter(const Found& f) noexcept {
   // Announce the transfer, then make sure the entry was not revoked
   // meanwhile (Table::remove: revoke, then wait for inflight == 0). Both
   // sequentially consistent, so either this side sees the revocation or the
@@ -350,7 +365,7 @@ bool Peer::enter(const Found& f) noexcept {
   return false;
 }
 
-void Peer::leave(const Found& f) noexcept { f.entry->inflight.fetch_sub(1, std::memory_order_seq_cst); }
+void leave(const Found& f) noexcept { f.entry->inflight.fetch_sub(1, std::memory_order_seq_cst); }
 
 bool Peer::peer_alive() noexcept {
   // The pid names the peer only while it lives (a pid is reused once its
@@ -374,12 +389,23 @@ Peer::Mapping::~Mapping() {
   if (map != nullptr) ::munmap(map, span);
 }
 
-Peer::Found Peer::lookup(std::uint64_t key) const noexcept {
+Found Peer::lookup(std::uint64_t key) const noexcept { return find_entry(entries(), key); }
+
+bool Peer::ring_writable(std::uint64_t key, std::uint64_t raddr, std::uint64_t len) const noexcept {
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    const Found f = lookup(key);
+    if (f.torn) continue;
+    return !refusal(f, raddr, len, kWrite) && f.share == 0;
+  }
+  return false;
+}
+
+Found find_entry(Entry* entries, std::uint64_t key) noexcept {
   Found f;
   const std::size_t start = mix(key) & kMask;
   for (std::size_t i = 0; i < kCapacity; ++i) {
     const std::size_t at = (start + i) & kMask;
-    Entry& e = entries()[at];
+    Entry& e = entries[at];
     const std::uint64_t s1 = e.seq.load(std::memory_order_acquire);
     const std::uint64_t st = e.state.load(std::memory_order_relaxed);
     if (st == EntryState::empty && (s1 & 1) == 0) break;  // end of the probe chain

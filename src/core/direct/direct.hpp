@@ -133,6 +133,22 @@ struct Identity {
 };
 const Identity& identity() noexcept;
 
+/// One consistent read of a table's entry of a key (find_entry).
+struct Found {
+  Entry* entry = nullptr;
+  std::size_t index = 0;
+  std::uint64_t seq = 0, addr = 0, len = 0, access = 0, share = 0;
+  bool torn = false;  // changed while read: look again
+};
+/// The live entry of `key` among the kCapacity entries at `entries`, read
+/// once (torn when it changed meanwhile), or none.
+Found find_entry(Entry* entries, std::uint64_t key) noexcept;
+/// Announce a transfer to the entry of `f` (Table::remove waits for it to
+/// leave); false, with nothing announced, when the entry changed since `f`
+/// was read (look it up again).
+bool enter(const Found& f) noexcept;
+void leave(const Found& f) noexcept;
+
 /// The owner's side: the zone's region table.
 class Table {
  public:
@@ -156,6 +172,14 @@ class Table {
   /// (bounded wait: a peer killed inside a transfer never leaves it). False
   /// when the wait timed out: a transfer may still be inside the region.
   bool remove(int index);
+  /// Copy `bytes` to `addr` in this process, a write a same-host peer sent
+  /// over a message ring (EndpointImpl::take_ring), after the checks the
+  /// peer made against this table: the entry of `key` live, the range
+  /// inside it, remote write granted. Entered as a peer's transfer is, so a
+  /// deregistration waits for the copy. False, with nothing written, when a
+  /// check fails (a peer that honours the protocol checked first: the region
+  /// was deregistered since, or the peer broke the rules).
+  bool place(std::uint64_t key, std::uint64_t addr, std::span<const std::uint8_t> bytes) noexcept;
   /// Publish the zone agent's doorbell (an eventfd of this process, which
   /// stays open as long as the table) in the header.
   void set_doorbell(int fd) noexcept;
@@ -230,6 +254,11 @@ class Peer {
   /// target's agent decides and answers).
   Outcome atomic_write(std::uint64_t key, std::uint64_t raddr, std::uint64_t value);
 
+  /// A write of `len` bytes at `raddr` into the region of `key` passes the
+  /// target's checks and the region is not shareable: what a write sent
+  /// over a message ring must be (the target copies it into its memory).
+  bool ring_writable(std::uint64_t key, std::uint64_t raddr, std::uint64_t len) const noexcept;
+
   /// At most this many regions of the peer are mapped at a time (the oldest
   /// mapping is dropped for a new one).
   static constexpr std::size_t kMaxMappings = 64;
@@ -289,13 +318,6 @@ class Peer {
     Mapping& operator=(const Mapping&) = delete;
     ~Mapping();
   };
-  /// One consistent read of the entry of `key`.
-  struct Found {
-    Entry* entry = nullptr;
-    std::size_t index = 0;
-    std::uint64_t seq = 0, addr = 0, len = 0, access = 0, share = 0;
-    bool torn = false;  // changed while read: look again
-  };
   Found lookup(std::uint64_t key) const noexcept;
   /// The target's checks on `f` (a lookup that was not torn) for
   /// [raddr, raddr+len) and one of the access bits `need`: nothing when they
@@ -303,11 +325,6 @@ class Peer {
   /// some regions out (the owner decides).
   std::optional<Outcome> refusal(const Found& f, std::uint64_t raddr, std::uint64_t len,
                                  std::uint64_t need) const noexcept;
-  /// Announce a transfer to the entry of `f` (Table::remove waits for it to
-  /// leave); false, with nothing announced, when the entry changed since
-  /// `f` was read (look it up again).
-  static bool enter(const Found& f) noexcept;
-  static void leave(const Found& f) noexcept;
   /// The mapping of `f` (a shareable entry), made now if needed; null when
   /// it cannot be made (the caller uses cross-memory attach).
   std::shared_ptr<const Mapping> mapping(const Found& f);

@@ -67,6 +67,11 @@ RingSlot* RingGeometry::slot(void* map, std::uint64_t seq) const noexcept {
   return reinterpret_cast<RingSlot*>(static_cast<char*>(map) + sizeof(RingHeader) + (seq & (slots - 1)) * stride);
 }
 
+bool ring_writes_allowed_by_environment() noexcept {
+  static std::atomic<bool> said{false};
+  return switch_from_environment("REMORA_RING_WRITES", "writes of 16 KiB or more go over the message rings", said);
+}
+
 std::size_t ring_slots(std::size_t max_recv, std::size_t slot_size) noexcept {
   if (slot_size == 0 || slot_size > kRingMaxSlot || max_recv == 0) return 0;
   std::size_t n = std::min(max_recv, kRingBytes / stride_of(slot_size));
@@ -260,6 +265,10 @@ bool Outbox::put(std::span<const backend::Iov> iov, std::size_t total, std::uint
 }
 
 bool Outbox::full() const noexcept { return tail_ - header()->head.load(std::memory_order_acquire) >= geo_.slots; }
+
+std::size_t Outbox::free_slots() const noexcept {
+  return geo_.slots - static_cast<std::size_t>(tail_ - header()->head.load(std::memory_order_acquire));
+}
 
 std::uint64_t Outbox::handled() const noexcept { return header()->handled.load(std::memory_order_acquire); }
 

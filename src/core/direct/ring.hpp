@@ -67,6 +67,11 @@ constexpr std::uint64_t kSenderCounts = 0x524d524e43000001ull;  // RingHeader::s
 constexpr std::size_t kRingMaxSlot = 1u << 20;
 constexpr std::size_t kRingBytes = 4u << 20;
 
+/// False when REMORA_RING_WRITES turns writes over the rings off ("0",
+/// "off", "no", "false"); true when it is unset or turns them on. Any other
+/// value is reported on stderr once and ignored.
+bool ring_writes_allowed_by_environment() noexcept;
+
 /// The slots and slot size a ring gets for `max_recv` receives of
 /// `slot_size` bytes: 0 slots when no ring is made for such messages.
 std::size_t ring_slots(std::size_t max_recv, std::size_t slot_size) noexcept;
@@ -172,6 +177,9 @@ class Outbox {
   bool put(std::span<const backend::Iov> iov, std::size_t total, std::uint64_t data) noexcept;
   /// Every slot is taken (put would return false).
   bool full() const noexcept;
+  /// Slots not taken now (at least this many puts would succeed).
+  std::size_t free_slots() const noexcept;
+  std::size_t slots() const noexcept { return geo_.slots; }
   /// The owner's count of receive-consuming messages handled.
   std::uint64_t handled() const noexcept;
   /// Wake the owner (its bell), and bump its zone's `rung` count.

@@ -1,22 +1,33 @@
 // Same-host message rings at the endpoint (docs/design.md, "Same-host
 // message rings"): the offer of this side's inbox, the mapping of the
-// peer's, sends placed in it, and the messages and acknowledgements taken
-// from them. Runs with the endpoint's `mu` held.
+// peer's, sends and writes placed in it, and the messages, writes and
+// acknowledgements taken from them. Runs with the endpoint's `mu` held.
+#include <cstring>
+
 #include "core/impl.hpp"
 
 namespace remora::detail {
 
 void EndpointImpl::offer_inbox() {
   if (inbox || !conn || !zone->direct) return;
-  const std::size_t slots = direct::ring_slots(options.max_recv, rx_buf_len);
+  // Slots for the receives, as long as the longest message; when the zone
+  // takes writes over the ring, at least kRingWriteSlots of them, each
+  // holding a 64 KiB piece.
+  std::size_t slot_size = rx_buf_len, want = options.max_recv;
+  if (zone->ring_writes) {
+    slot_size = std::max(slot_size, kRingWriteSlot);
+    want = std::max(want, kRingWriteSlots);
+  }
+  const std::size_t slots = direct::ring_slots(want, slot_size);
   if (slots == 0) return;  // messages too large for a ring: the transport carries them
   std::string why;
-  inbox = direct::Inbox::create(slots, rx_buf_len, why);
+  inbox = direct::Inbox::create(slots, slot_size, why);
   if (!inbox) return;  // the transport carries the messages; nothing is lost
   const std::uint64_t fds =
       static_cast<std::uint32_t>(inbox->fd()) | (std::uint64_t{static_cast<std::uint32_t>(inbox->bell_fd())} << 32);
   wire::Ctl offer = wire::make_ctl(wire::op_ring_offer, fds, inbox->nonce(), slots);
-  offer.value = rx_buf_len;
+  offer.value = slot_size;
+  if (zone->ring_writes) offer.flush_type = wire::kRingTakesWrites;  // take_ring copies them
   offer.token = ~std::uint64_t{0};  // names no slot (handle_reply takes the answer by its op)
   if (conn->inject(&offer, sizeof offer, wire::data(wire::ctl_request)) != 0) {
     inbox.reset();  // not offered: nobody will write to it
@@ -46,14 +57,19 @@ void EndpointImpl::accept_ring_offer(const wire::Ctl& offer) {
     outbox = direct::Outbox::open(direct_peer, static_cast<int>(offer.key & 0x7fffffffu),
                                   static_cast<int>((offer.key >> 32) & 0x7fffffffu), offer.addr, offer.len, offer.value,
                                   why);
-    if (outbox) rep.status = 0;
+    if (outbox) {
+      rep.status = 0;
+      outbox_takes_writes = zone->ring_writes && (offer.flush_type & wire::kRingTakesWrites) != 0;
+    }
   }
   pending_replies.push_back(rep);
   flush_replies();
 }
 
 EndpointImpl::RingPut EndpointImpl::try_ring(OpSlot& s) {
-  if (s.kind != OpSlot::Kind::send || !outbox || !inbox_taken || state != EndpointState::connected) return RingPut::no;
+  if (!outbox || !inbox_taken || state != EndpointState::connected) return RingPut::no;
+  if (s.kind == OpSlot::Kind::write) return try_ring_write(s);
+  if (s.kind != OpSlot::Kind::send) return RingPut::no;
   // Everything in flight is on the ring too (a send placed now cannot pass
   // an earlier operation still in the transport).
   if (in_flight != ring_in_flight) return RingPut::no;
@@ -68,6 +84,54 @@ EndpointImpl::RingPut EndpointImpl::try_ring(OpSlot& s) {
   s.msg_seq = ++msgs_posted;
   unacked.emplace_back(s.index, s.generation);
   ring_sent.fetch_add(1, std::memory_order_relaxed);
+  return RingPut::sent;
+}
+
+EndpointImpl::RingPut EndpointImpl::try_ring_write(OpSlot& s) {
+  if (!outbox_takes_writes || !direct_peer || s.with_data || s.check || s.done.length < kRingWriteMin)
+    return RingPut::no;
+  if (in_flight != ring_in_flight) return RingPut::no;
+  // Each piece a RingWrite and at most `room` bytes, the pieces as even as
+  // can be; a write that needs more than half the ring goes the direct way.
+  if (outbox->slot_size() <= sizeof(wire::RingWrite) + kRingWritePiece) return RingPut::no;
+  const std::size_t room = outbox->slot_size() - sizeof(wire::RingWrite);
+  const std::size_t pieces = (s.done.length + room - 1) / room;
+  if (pieces > outbox->slots() / 2) return RingPut::no;
+  if (!direct_peer->ring_writable(s.rkey, s.raddr, s.done.length)) return RingPut::no;  // try_direct decides
+  if (outbox->free_slots() < pieces) return RingPut::full;
+  const std::size_t each = (s.done.length + pieces - 1) / pieces;
+  std::size_t seg = 0, seg_off = 0, off = 0;
+  for (std::size_t p = 0; p < pieces; ++p) {
+    const std::size_t n = std::min(each, s.done.length - off);
+    wire::RingWrite head{s.rkey, s.raddr + off};
+    backend::Iov iov[kMaxSegments + 1];
+    std::size_t count = 0;
+    iov[count++] = backend::Iov{&head, sizeof head};
+    for (std::size_t left = n; left > 0;) {
+      const backend::Iov& v = s.iov[seg];
+      const std::size_t take = std::min(left, v.len - seg_off);
+      if (take > 0) iov[count++] = backend::Iov{static_cast<char*>(v.addr) + seg_off, take};
+      left -= take;
+      seg_off += take;
+      if (seg_off == v.len) {
+        ++seg;
+        seg_off = 0;
+      }
+    }
+    // The last piece says so: the peer publishes its handled count then.
+    const bool last = p + 1 == pieces;
+    if (!outbox->put({iov, count}, sizeof head + n, wire::data(wire::ring_write, last ? 1 : 0)))
+      return RingPut::full;  // not reached: the slots were counted above
+    off += n;
+  }
+  s.on_ring = true;
+  s.posted = false;  // no transport completion: the peer's count ends it (handle_ack)
+  ++in_flight;
+  ++ring_in_flight;
+  msgs_posted += pieces;
+  s.msg_seq = msgs_posted;
+  unacked.emplace_back(s.index, s.generation);
+  ring_writes_sent.fetch_add(1, std::memory_order_relaxed);
   return RingPut::sent;
 }
 
@@ -93,9 +157,31 @@ int EndpointImpl::take_ring() {
       // every send the message may answer, which completes first, as on
       // RC hardware (librpma's 12scch example checks it).
       take_ring_acks();
-      // Only user messages travel on the ring; anything else breaks the
-      // protocol.
+      // Only user messages and writes travel on the ring; anything else
+      // breaks the protocol.
       const wire::Kind kind = wire::kind_of(data);
+      if (next == direct::Inbox::Next::message && kind == wire::ring_write) {
+        // A write the peer checked against this zone's table: checked again
+        // (the region may have been deregistered since) and copied. A
+        // refusal ends the connection, as a remote access error does.
+        wire::RingWrite head{};
+        if (bytes.size() < sizeof head) {
+          protocol_violation();
+          return 0;
+        }
+        std::memcpy(&head, bytes.data(), sizeof head);
+        if (!zone->direct || !zone->direct->place(head.key, head.addr, bytes.subspan(sizeof head))) {
+          protocol_violation();
+          return 0;
+        }
+        ++msgs_handled;
+        inbox->pop();
+        ++taken;
+        ring_writes_taken.fetch_add(1, std::memory_order_relaxed);
+        // A write's last piece: its initiator may complete it now.
+        if ((data & 1) != 0) inbox->publish_handled(msgs_handled);
+        continue;
+      }
       if (next == direct::Inbox::Next::broken || (kind != wire::user_msg && kind != wire::user_msg_imm)) {
         protocol_violation();
         return 0;

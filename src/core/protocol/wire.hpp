@@ -40,7 +40,24 @@ struct ParsedHello {
 /// [16, size]). The version is the caller's to check.
 std::optional<ParsedHello> parse_hello(std::span<const std::uint8_t> bytes);
 
-enum Kind : std::uint8_t { user_msg = 1, user_msg_imm = 2, ctl_request = 3, ctl_reply = 4, write_imm = 5, msg_ack = 6 };
+// ring_write: only in a same-host message ring whose owner offered it with
+// kRingTakesWrites; the message is a RingWrite and the bytes to place. It
+// counts as handled (the acknowledgement completes the write) but consumes
+// no receive.
+enum Kind : std::uint8_t {
+  user_msg = 1,
+  user_msg_imm = 2,
+  ctl_request = 3,
+  ctl_reply = 4,
+  write_imm = 5,
+  msg_ack = 6,
+  ring_write = 7
+};
+struct RingWrite {
+  std::uint64_t key;
+  std::uint64_t addr;
+};
+static_assert(sizeof(RingWrite) == 16);
 inline std::uint64_t data(Kind k, std::uint32_t imm = 0) { return (std::uint64_t{k} << 56) | imm; }
 inline Kind kind_of(std::uint64_t d) { return static_cast<Kind>(d >> 56); }
 // A write with immediate also carries its length in bits 32..55 (the tcp
@@ -82,6 +99,9 @@ inline std::uint64_t ack_count(std::uint64_t d) { return d & kAckCountMask; }
 // nonce, len = its slot count, value = its slot size. Its token names no
 // slot. Answered with status 0 when the receiver mapped the ring (it may
 // then place its sends there and ring the bell), not_supported otherwise.
+// flush_type kRingTakesWrites: the offerer also takes ring_write messages
+// (0 from an older version, which ends the connection on any message but a
+// user's).
 enum CtlOp : std::uint8_t {
   op_atomic_write = 1,
   op_flush = 2,
@@ -91,6 +111,7 @@ enum CtlOp : std::uint8_t {
   op_ring_offer = 6
 };
 constexpr std::uint8_t kRevokeRegions = 0, kRevokeConnection = 1;
+constexpr std::uint8_t kRingTakesWrites = 1;
 struct Ctl {
   std::uint32_t magic;
   std::uint8_t op;
