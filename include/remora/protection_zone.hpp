@@ -41,7 +41,8 @@ class ProtectionZone {
   /// memory is a shared file mapping the caller made: PERSISTENT flushes of it
   /// msync the covered pages. Errors: invalid_argument (null/zero length,
   /// access none, a range that wraps around the address space or holds a page
-  /// not mapped in this process; nothing is registered), no_memory,
+  /// not mapped in this process, local_write or remote_write on a page this
+  /// process may not write; nothing is registered), no_memory,
   /// invalid_handle.
   Result<MemoryRegion> register_memory(void* addr, std::size_t len, Access access, bool persistent = false);
   /// Create (or open) `path`, grow it to at least `len` bytes rounded up to

@@ -157,6 +157,21 @@ TEST_F(MemoryRegionTest, RegisterErrors) {
     munmap(p, page);
     munmap(p + 2 * page, page);
   }
+  {  // RegisterRefusesWriteAccessToMemoryThisProcessCannotWrite
+    const long page = sysconf(_SC_PAGESIZE);
+    void* m = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(m, MAP_FAILED);
+    auto* p = static_cast<std::uint8_t*>(m);
+    ASSERT_EQ(mprotect(p + page, page, PROT_READ), 0);  // the second page read-only
+    EXPECT_ERR(zone.register_memory(p, 2 * page, Access::remote_write), Errc::invalid_argument);
+    EXPECT_ERR(zone.register_memory(p + page, 8, Access::local_write), Errc::invalid_argument);
+    EXPECT_ERR(zone.register_memory(p + page, 8, Access::all), Errc::invalid_argument);
+    EXPECT_OK(zone.register_memory(p, 2 * page, Access::local_read | Access::remote_read));
+    EXPECT_OK(zone.register_memory(p, page, Access::all));  // the writable page
+    ASSERT_EQ(mprotect(p + page, page, PROT_NONE), 0);
+    EXPECT_ERR(zone.register_memory(p, 2 * page, Access::all), Errc::invalid_argument);
+    munmap(p, 2 * page);
+  }
   {  // RegisterOnInvalidZoneIsInvalidHandle
     ProtectionZone none;
     EXPECT_FALSE(none.valid());

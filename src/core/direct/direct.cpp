@@ -120,7 +120,7 @@ Table::~Table() {
 }
 
 int Table::add(std::uint64_t key, std::uint64_t addr, std::uint64_t len, Access access, int share_fd,
-               std::uint64_t share_offset, bool persistent) {
+               std::uint64_t share_offset, bool persistent, bool ring_ok) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::size_t start = mix(key) & kMask;
   for (std::size_t i = 0; i < kCapacity; ++i) {
@@ -134,7 +134,7 @@ int Table::add(std::uint64_t key, std::uint64_t addr, std::uint64_t len, Access 
     e.addr.store(addr, std::memory_order_relaxed);
     e.len.store(len, std::memory_order_relaxed);
     e.access.store((has(access, Access::remote_read) ? kRead : 0) | (has(access, Access::remote_write) ? kWrite : 0) |
-                       (persistent ? kPersistent : 0),
+                       (persistent ? kPersistent : 0) | (ring_ok ? kRingOk : 0),
                    std::memory_order_relaxed);
     e.share.store(encode_share(share_fd, share_offset), std::memory_order_relaxed);
     e.state.store(EntryState::live, std::memory_order_release);
@@ -197,7 +197,8 @@ bool Table::place(std::uint64_t key, std::uint64_t addr, std::span<const std::ui
     const Found f = find_entry(entries(), key);
     if (f.torn) continue;
     const std::uint64_t len = bytes.size();
-    if (f.entry == nullptr || (f.access & kWrite) == 0 || addr < f.addr || len > f.len || addr - f.addr > f.len - len)
+    if (f.entry == nullptr || (f.access & kWrite) == 0 || (f.access & kRingOk) == 0 || addr < f.addr || len > f.len ||
+        addr - f.addr > f.len - len)
       return false;
     if (!enter(f)) continue;
     std::memcpy(reinterpret_cast<void*>(addr), bytes.data(), len);
@@ -395,7 +396,7 @@ bool Peer::ring_writable(std::uint64_t key, std::uint64_t raddr, std::uint64_t l
   for (int attempt = 0; attempt < 16; ++attempt) {
     const Found f = lookup(key);
     if (f.torn) continue;
-    return !refusal(f, raddr, len, kWrite) && f.share == 0;
+    return !refusal(f, raddr, len, kWrite) && f.share == 0 && (f.access & kRingOk) != 0;
   }
   return false;
 }

@@ -63,6 +63,11 @@ constexpr std::uint64_t kRead = 1, kWrite = 2;
 // The owner declared the region persistent (PERSISTENT flushes are carried
 // out). A bit older tables never set: their regions' flushes go to the owner.
 constexpr std::uint64_t kPersistent = 4;
+// The owner takes writes into the region over its message rings (a region
+// of ordinary memory registered with remote write, which registration found
+// writable: Table::place copies into it with a store). Older tables never
+// set it.
+constexpr std::uint64_t kRingOk = 8;
 
 constexpr std::uint64_t kShareable = 1ull << 63;
 /// Entry::share for a region at file offset `offset` (a multiple of 4 KiB
@@ -163,10 +168,11 @@ class Table {
   /// Enter a region (the table full: counted as omitted, served over tcp).
   /// `share_fd`/`share_offset`: the region's memory is a shared mapping of
   /// that descriptor (which stays open until remove returns) from that file
-  /// offset, so initiators may map it (-1: not shareable). Returns the
+  /// offset, so initiators may map it (-1: not shareable). `ring_ok`: the
+  /// owner takes writes into it over its rings (kRingOk). Returns the
   /// entry's index, or -1.
   int add(std::uint64_t key, std::uint64_t addr, std::uint64_t len, Access access, int share_fd = -1,
-          std::uint64_t share_offset = 0, bool persistent = false);
+          std::uint64_t share_offset = 0, bool persistent = false, bool ring_ok = false);
   /// Revoke entry `index` (from add): after this returns, no initiator that
   /// honours the protocol is inside a transfer to it, and none starts one
   /// (bounded wait: a peer killed inside a transfer never leaves it). False
@@ -175,7 +181,7 @@ class Table {
   /// Copy `bytes` to `addr` in this process, a write a same-host peer sent
   /// over a message ring (EndpointImpl::take_ring), after the checks the
   /// peer made against this table: the entry of `key` live, the range
-  /// inside it, remote write granted. Entered as a peer's transfer is, so a
+  /// inside it, remote write granted, kRingOk set. Entered as a peer's transfer is, so a
   /// deregistration waits for the copy. False, with nothing written, when a
   /// check fails (a peer that honours the protocol checked first: the region
   /// was deregistered since, or the peer broke the rules).

@@ -180,6 +180,35 @@ SharedFile find_shared_file(ZoneImpl& zone, const void* addr, std::size_t len, b
   return out;
 }
 
+/// Every byte of [addr, addr+len) lies in a mapping this process may write
+/// (/proc/self/maps, read once).
+bool range_writable(const void* addr, std::size_t len) noexcept {
+  std::FILE* maps = std::fopen("/proc/self/maps", "re");
+  if (maps == nullptr) return false;
+  auto at = reinterpret_cast<std::uintptr_t>(addr);
+  const std::uintptr_t end = at + len;
+  bool ok = false;
+  char line[4096 + 256];
+  while (std::fgets(line, sizeof line, maps) != nullptr) {
+    const bool whole = std::strchr(line, '\n') != nullptr;
+    std::uintptr_t start = 0, stop = 0;
+    char perms[8] = {};
+    const bool parsed = std::sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %7s", &start, &stop, perms) == 3;
+    // The rest of a line longer than the buffer (a long path) is skipped.
+    while (!whole && std::fgets(line, sizeof line, maps) != nullptr && std::strchr(line, '\n') == nullptr) {
+    }
+    if (!parsed || stop <= at) continue;
+    if (start > at || perms[1] != 'w') break;  // a hole, or not writable
+    at = stop;
+    if (at >= end) {
+      ok = true;
+      break;
+    }
+  }
+  std::fclose(maps);
+  return ok;
+}
+
 /// `share_fd`: the memory is a shared mapping of that descriptor from file
 /// offset `share_offset` (map_file, allocate, a file mapping the program
 /// made), which lives as long as the region: same-host peers may map it
@@ -212,8 +241,9 @@ Result<std::shared_ptr<RegionImpl>> register_region(const std::shared_ptr<ZoneIm
   // (docs/design.md, "Same-host direct path"); a full table leaves the
   // region to the transport.
   if (r->registered && zone->direct)
-    r->direct_slot = zone->direct->add(r->key, reinterpret_cast<std::uint64_t>(addr), len, access, share_fd,
-                                       share_offset, persistent);
+    r->direct_slot =
+        zone->direct->add(r->key, reinterpret_cast<std::uint64_t>(addr), len, access, share_fd, share_offset,
+                          persistent, zone->ring_writes && share_fd < 0 && has(access, Access::remote_write));
   return r;
 }
 
@@ -232,6 +262,12 @@ Result<MemoryRegion> ProtectionZone::register_memory(void* addr, std::size_t len
   // As a verbs provider would refuse it: a range that wraps around the
   // address space or has a page not mapped in this process.
   if (!detail::range_mapped(addr, len)) return Errc::invalid_argument;
+  // Nor write access to memory this process may not write (a read-only
+  // mapping), which a verbs provider refuses where it pins the pages for
+  // writing: the transport's receive path, and the target's copy of a
+  // same-host ring write, would store into it and fault.
+  if ((has(access, Access::local_write) || has(access, Access::remote_write)) && !detail::range_writable(addr, len))
+    return Errc::invalid_argument;
   // Memory the program mapped from a file (a librpma server's pmem2 mapping,
   // say): same-host peers may map the file themselves. The descriptor stays
   // open, as `fd`, until the region is closed.
