@@ -13,8 +13,8 @@
 #      and the same with the path on (its default; REMORA_SAMEHOST=1 on
 #      both sides: remora-direct; and into a target buffer the server's
 #      zone allocated, which the client maps: remora-mapped; and with
-#      writes of 16 KiB and more kept off the message ring,
-#      REMORA_RING_WRITES=0: remora-direct-cma): write
+#      writes of 16 KiB and more sent over the message ring,
+#      REMORA_RING_WRITES=1: remora-direct-ring): write
 #      bandwidth (64 KiB, 1 MiB; qd 16),
 #      read bandwidth (64 KiB), 8-byte write latency (one at a time, both
 #      busy-polling), 8-byte write + VISIBILITY flush latency
@@ -233,11 +233,12 @@ for ((rep = 1; rep <= REPS; rep++)); do
         # 0: tcp; 1: the direct path into the server's heap buffer (cross-
         # memory attach); 2: the direct path into a buffer the server's zone
         # allocated (--shared-target: mapped by the client, memcpy).
-        # 3: as 1 with each write or read its own cross-memory call on the
-        # client's one thread (REMORA_COPY_HELPER=0 REMORA_GATHER_WRITES=0
-        # REMORA_RING_WRITES=0), for the write, write latency and read rows.
-        # 6: as 1 with writes of 16 KiB and more kept on cross-memory attach
-        # (REMORA_RING_WRITES=0), for the write rows of 64 KiB and more.
+        # 3: as 1 with each write or read its own call on the client's one
+        # thread (REMORA_COPY_HELPER=0 REMORA_GATHER_WRITES=0), for the write,
+        # write latency and read rows.
+        # 6: as 1 with writes of 16 KiB and more sent over the server's
+        # message ring (REMORA_RING_WRITES=1), for the write rows of 64 KiB
+        # and more.
         # Sends do not touch the server's buffer: no mapped variant.
         for variant in 0 1 2 3 6; do
             [[ $name == send* ]] && ((variant == 2)) && continue
@@ -245,7 +246,7 @@ for ((rep = 1; rep <= REPS; rep++)); do
             [[ $name != write ]] || ((size < 65536)) && ((variant == 6)) && continue
             direct=$((variant > 0 ? 1 : 0))
             helper=$((variant == 3 ? 0 : 1))
-            ring=$((variant == 3 || variant == 6 ? 0 : 1))
+            ring=$((variant == 6 ? 1 : 0))
             extra=""
             ((variant == 2)) && extra="--shared-target"
             echo "samehost.sh: rep $rep/$REPS remora-perf $name size $size REMORA_SAMEHOST=$direct" \
@@ -358,7 +359,7 @@ for path in glob.glob(os.path.join(work, "remora[0123456].*.json")):
     engine, name, size, rep = os.path.basename(path)[:-5].split(".")
     engine = {"remora0": "remora-tcp", "remora1": "remora-direct", "remora2": "remora-mapped",
               "remora3": "remora-direct-single", "remora4": "remora-direct@span",
-              "remora5": "remora-direct-4k@span", "remora6": "remora-direct-cma"}[engine]
+              "remora5": "remora-direct-4k@span", "remora6": "remora-direct-ring"}[engine]
     for line in open(path):
         if line.startswith("{"):
             o = json.loads(line)
@@ -428,12 +429,10 @@ notes = [
     "into the server's message ring (docs/design.md, \"Same-host message rings\")",
     "remora-direct: writes posted back to back while the client polls are placed by one process_vm_writev "
     "call, and transfers of 256 KiB and more are split over the client's thread and a helper thread "
-    "(docs/design.md); writes of 16 KiB and more (64 KiB and 1 MiB rows) go over the server's message ring, "
-    "copied in by the client and out by the server's agent (docs/design.md, \"Writes over the ring\"); "
-    "remora-direct-cma: the same runs with REMORA_RING_WRITES=0 (those writes by cross-memory attach, "
-    "gathered and split as above); remora-direct-single: the same runs with REMORA_COPY_HELPER=0 "
-    "REMORA_GATHER_WRITES=0 REMORA_RING_WRITES=0 (each write or read its own cross-memory call, on the client's "
-    "thread)",
+    "(docs/design.md); remora-direct-ring: the same runs with REMORA_RING_WRITES=1 (writes of 16 KiB and more "
+    "copied into the server's message ring by the client and out of it by the server's agent: docs/design.md, "
+    "\"Writes over the ring\"); remora-direct-single: the same runs with REMORA_COPY_HELPER=0 "
+    "REMORA_GATHER_WRITES=0 (each write or read its own call, on the client's thread)",
     "remora-mapped: the same with the server's target buffer from ProtectionZone::allocate "
     "(remora-perf --server --shared-target, a memfd): the client maps it once and copies with memcpy",
 ] + ([f"@span: the target is {span_text} long (memcpy's destination, the child's buffer of cma and "

@@ -305,35 +305,41 @@ int check(const std::string& provider) {
   const std::string scope = read_first_line("/proc/sys/kernel/yama/ptrace_scope");
   // On unless the program (FabricOptions::same_host) or REMORA_SAMEHOST
   // turns it off; the library reports a value it does not know and ignores it.
-  // The library reads its three switches alike (direct::switch_from_environment):
-  // unset, empty, "1", "on", "yes" or "true" is on; "0", "off", "no" or "false" off;
-  // any other value is reported on stderr and ignored (on).
+  // The library reads its switches alike (direct::switch_from_environment):
+  // "1", "on", "yes" or "true" is on; "0", "off", "no" or "false" off; unset
+  // or empty is the switch's default (`unset`: on for all but
+  // REMORA_RING_WRITES); any other value is reported on stderr and ignored.
   struct Switch {
     const char* name;
     std::string value;
     bool on = true;
     bool known = true;
   };
-  auto read_switch = [](const char* name) {
-    Switch s{name, {}};
+  auto read_switch = [](const char* name, bool unset = true) {
+    Switch s{name, {}, unset};
     const char* v = std::getenv(name);
     if (v == nullptr) return s;
     s.value = v;
     if (s.value == "0" || s.value == "off" || s.value == "no" || s.value == "false")
       s.on = false;
+    else if (s.value == "1" || s.value == "on" || s.value == "yes" || s.value == "true")
+      s.on = true;
     else
-      s.known = s.value.empty() || s.value == "1" || s.value == "on" || s.value == "yes" || s.value == "true";
+      s.known = s.value.empty();
     return s;
   };
   const Switch samehost = read_switch("REMORA_SAMEHOST");
   const Switch gather = read_switch("REMORA_GATHER_WRITES");
   const Switch helper = read_switch("REMORA_COPY_HELPER");
   const Switch huge = read_switch("REMORA_HUGEPAGES");
-  const Switch ring_writes = read_switch("REMORA_RING_WRITES");
+  const Switch ring_writes = read_switch("REMORA_RING_WRITES", false);
   for (const Switch* s : {&samehost, &gather, &helper, &huge, &ring_writes})
     if (!s->known)
-      out.push_back({'w', std::string(s->name) + "=" + s->value + " is not a value Remora knows: ignored (on)",
-                     std::string("set it to 0 to turn it off, or unset it")});
+      out.push_back(
+          {'w',
+           std::string(s->name) + "=" + s->value + " is not a value Remora knows: ignored (" + (s->on ? "on" : "off") +
+               ")",
+           std::string(s->on ? "set it to 0 to turn it off, or unset it" : "set it to 1 to turn it on, or unset it")});
   const std::string_view sh = samehost.value;
   const bool direct_on = samehost.on;
   const std::string scope_note = scope.empty() ? std::string() : " (kernel.yama.ptrace_scope = " + scope + ")";
@@ -376,13 +382,13 @@ int check(const std::string& provider) {
                                     "it off)"
                                   : "moved by the posting thread alone (REMORA_COPY_HELPER=" + helper.value + ")"),
                    ""});
-    out.push_back(
-        {'o',
-         std::string("same-host writes of 16 KiB and more into memory the peer does not share: ") +
-             (ring_writes.on ? "copied into the connection's message ring, out of it by the peer "
-                               "(REMORA_RING_WRITES=0 turns it off)"
-                             : "placed by cross-memory attach (REMORA_RING_WRITES=" + ring_writes.value + ")"),
-         ""});
+    out.push_back({'o',
+                   std::string("same-host writes of 16 KiB and more into memory the peer does not share: ") +
+                       (ring_writes.on ? "copied into the connection's message ring and out of it by the peer, where "
+                                         "the peer set it too (REMORA_RING_WRITES=1)"
+                                       : "placed by cross-memory attach (REMORA_RING_WRITES=1 on both sides sends "
+                                         "them over the message ring)"),
+                   ""});
     // Regions of ordinary memory moved into huge pages after registration
     // (docs/design.md, "Huge pages for regions reached by cross-memory
     // attach"): the kernel's setting decides whether it can.

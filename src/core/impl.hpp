@@ -159,10 +159,11 @@ struct ZoneImpl : std::enable_shared_from_this<ZoneImpl> {
   bool direct_huge = true;
   // Writes of at least kRingWriteMin bytes into memory same-host peers do
   // not share go over the connection's message ring, where the peer's
-  // progress copies them (EndpointImpl::try_ring_write), unless
-  // REMORA_RING_WRITES=0 when the zone was made. Set at creation, then
+  // progress copies them (EndpointImpl::try_ring_write), when
+  // REMORA_RING_WRITES=1 when the zone was made (off by default: bench/
+  // README.md, "Writes over the message ring"). Set at creation, then
   // constant.
-  bool ring_writes = true;
+  bool ring_writes = false;
   // Files that registered ranges of this zone are shared mappings of
   // (find_shared_file): one descriptor per file and open mode, however many
   // regions lie in it (a program registering thousands of ranges of one

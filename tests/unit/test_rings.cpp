@@ -159,9 +159,9 @@ class RingsDriven : public ::testing::Test {
  public:
   void SetUp() override {
     ::setenv("REMORA_SAMEHOST", "1", 1);
-    // The send tests want a ring of max_recv slots, which a zone taking
-    // writes makes larger (RingWritesDriven).
-    if (!ring_writes) ::setenv("REMORA_RING_WRITES", "0", 1);
+    // A zone taking writes makes its rings larger than max_recv slots
+    // (RingWritesDriven); the send tests want a ring of max_recv slots.
+    if (ring_writes) ::setenv("REMORA_RING_WRITES", "1", 1);
     fabric = MUST(Fabric::open());
     ZoneOptions zo;
     zo.progress_thread = false;
@@ -827,7 +827,7 @@ std::uint64_t direct_ops(const Endpoint& ep) { return ep.impl()->direct_ops.load
 /// A same-host pair with agents, 2 MiB on each side, whose zones see
 /// REMORA_RING_WRITES = `target_env` and `initiator_env` when they are made
 /// (null: unset).
-std::unique_ptr<Pair> ring_write_pair(const char* target_env = nullptr, const char* initiator_env = nullptr) {
+std::unique_ptr<Pair> ring_write_pair(const char* target_env = "1", const char* initiator_env = "1") {
   auto set = [](const char* v) {
     if (v != nullptr)
       ::setenv("REMORA_RING_WRITES", v, 1);
@@ -886,8 +886,7 @@ TEST(RingWrites, AWriteOf16KiBOrMoreGoesOverTheRingAndLandsExactly) {
 
 // The writes the ring does not carry: into a region the initiator maps (a
 // memcpy there), with immediate data (its note travels on the connection),
-// and any write to a peer that does not take them or from a zone that does
-// not send them (REMORA_RING_WRITES=0 on either side).
+// and any write unless both zones said REMORA_RING_WRITES=1 (unset: off).
 TEST(RingWrites, WhatTheRingDoesNotCarryIsPlacedAsBefore) {
   {
     auto p = ring_write_pair();
@@ -904,12 +903,14 @@ TEST(RingWrites, WhatTheRingDoesNotCarryIsPlacedAsBefore) {
     ASSERT_EQ(collect(p->tcq, 1).size(), 1u);
     EXPECT_EQ(ring_writes_sent(p->iep), 0u);
   }
-  for (const auto& [target, initiator] : {std::pair<const char*, const char*>{"0", nullptr}, {nullptr, "0"}}) {
+  for (const auto& [target, initiator] :
+       {std::pair<const char*, const char*>{nullptr, nullptr}, {"0", "1"}, {"1", nullptr}, {"1", "off"}}) {
     auto p = ring_write_pair(target, initiator);
     ASSERT_TRUE(ring_ready(p->iep) && ring_ready(p->tep)) << "no rings";
     const std::uint64_t direct = direct_ops(p->iep);
     ASSERT_NO_FATAL_FAILURE(write_three_segments(*p, 64, 256 * 1024, 6));
-    EXPECT_EQ(ring_writes_sent(p->iep), 0u) << (target ? "the target" : "the initiator") << " said 0";
+    EXPECT_EQ(ring_writes_sent(p->iep), 0u)
+        << "target " << (target ? target : "unset") << ", initiator " << (initiator ? initiator : "unset");
     EXPECT_EQ(direct_ops(p->iep), direct + 1);
   }
 }

@@ -1140,11 +1140,9 @@ std::uint64_t write_and_read_large(Pair& p, std::size_t len) {
 
 TEST(SameHostCopier, LargeWritesAndReadsAreSplitOverTwoThreads) {
   ::setenv("REMORA_SAMEHOST", "1", 1);
-  ::setenv("REMORA_RING_WRITES", "0", 1);  // cross-memory attach (ring writes: test_rings)
   ::unsetenv("REMORA_COPY_HELPER");
   Pair p;
   ::unsetenv("REMORA_SAMEHOST");
-  ::unsetenv("REMORA_RING_WRITES");
   ASSERT_TRUE(direct_ready(p.iep)) << why_not(p.iep);
   EXPECT_EQ(write_and_read_large(p, 256 * 1024), 2u);
   // Below the size it is one call.
@@ -1153,19 +1151,16 @@ TEST(SameHostCopier, LargeWritesAndReadsAreSplitOverTwoThreads) {
 
 TEST(SameHostCopier, TheEnvironmentTurnsTheHelperOff) {
   ::setenv("REMORA_SAMEHOST", "1", 1);
-  ::setenv("REMORA_RING_WRITES", "0", 1);  // cross-memory attach (ring writes: test_rings)
   ::setenv("REMORA_COPY_HELPER", "0", 1);
   Pair p;
   ::unsetenv("REMORA_SAMEHOST");
   ::unsetenv("REMORA_COPY_HELPER");
-  ::unsetenv("REMORA_RING_WRITES");
   ASSERT_TRUE(direct_ready(p.iep)) << why_not(p.iep);
   EXPECT_EQ(write_and_read_large(p, 256 * 1024), 0u);
 }
 
 TEST(SameHostCopier, AnUnknownValueIsReportedAndLeavesItOn) {
   ::setenv("REMORA_SAMEHOST", "1", 1);
-  ::setenv("REMORA_RING_WRITES", "0", 1);  // cross-memory attach (ring writes: test_rings)
   ::setenv("REMORA_COPY_HELPER", "sometimes", 1);
   ::testing::internal::CaptureStderr();
   auto p = std::make_unique<Pair>();
@@ -1173,7 +1168,6 @@ TEST(SameHostCopier, AnUnknownValueIsReportedAndLeavesItOn) {
   const std::string err = ::testing::internal::GetCapturedStderr();
   ::unsetenv("REMORA_SAMEHOST");
   ::unsetenv("REMORA_COPY_HELPER");
-  ::unsetenv("REMORA_RING_WRITES");
   EXPECT_NE(err.find("REMORA_COPY_HELPER=\"sometimes\""), std::string::npos) << err;
   ASSERT_TRUE(ready) << why_not(p->iep);
   EXPECT_EQ(write_and_read_large(*p, 256 * 1024), 2u);
@@ -1229,7 +1223,6 @@ std::string huge_pages_unavailable() {
 /// set to `hugepages` (or unset: null) while its zones are made.
 std::unique_ptr<Pair> huge_pages_pair(const char* hugepages) {
   ::setenv("REMORA_SAMEHOST", "1", 1);
-  ::setenv("REMORA_RING_WRITES", "0", 1);  // writes by cross-memory attach
   if (hugepages != nullptr)
     ::setenv("REMORA_HUGEPAGES", hugepages, 1);
   else
@@ -1239,7 +1232,6 @@ std::unique_ptr<Pair> huge_pages_pair(const char* hugepages) {
   auto p = std::make_unique<Pair>(o);
   ::unsetenv("REMORA_SAMEHOST");
   ::unsetenv("REMORA_HUGEPAGES");
-  ::unsetenv("REMORA_RING_WRITES");
   return p;
 }
 
@@ -1489,15 +1481,11 @@ std::uint64_t batched(const Endpoint& ep) { return ep.impl()->direct_batched.loa
 /// the path on.
 std::unique_ptr<Pair> gathering_pair(std::size_t size = 64 * 1024) {
   ::setenv("REMORA_SAMEHOST", "1", 1);
-  // Gathering is for writes placed by cross-memory attach; writes of 16 KiB
-  // or more would go over the message ring (test_rings.cpp).
-  ::setenv("REMORA_RING_WRITES", "0", 1);
   PairOptions o;
   o.target_size = size;
   o.local_size = size;
   auto p = std::make_unique<Pair>(o);
   ::unsetenv("REMORA_SAMEHOST");
-  ::unsetenv("REMORA_RING_WRITES");
   return p;
 }
 

@@ -40,9 +40,9 @@ static_assert((kCapacity & kMask) == 0, "capacity must be a power of two");
 
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
-bool switch_from_environment(const char* name, const char* what, std::atomic<bool>& said) noexcept {
+bool switch_from_environment(const char* name, const char* what, std::atomic<bool>& said, bool unset) noexcept {
   const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return true;
+  if (v == nullptr || *v == '\0') return unset;
   for (const char* off : {"0", "off", "no", "false"})
     if (std::strcmp(v, off) == 0) return false;
   for (const char* on : {"1", "on", "yes", "true"})
@@ -50,7 +50,7 @@ bool switch_from_environment(const char* name, const char* what, std::atomic<boo
   if (!said.exchange(true))
     std::fprintf(stderr, "remora: %s=\"%s\" is neither 0/off/no/false nor 1/on/yes/true; ignored (%s)\n", name, v,
                  what);
-  return true;
+  return unset;
 }
 
 bool allowed_by_environment() noexcept {

@@ -121,10 +121,10 @@ constexpr std::size_t kMaxLocal = kMaxSegments;  // local segments of one operat
 /// "true"). Any other value is reported on stderr once and ignored.
 bool allowed_by_environment() noexcept;
 /// The switch `name` in the environment: false for "0", "off", "no",
-/// "false"; true when unset or "1", "on", "yes", "true". Any other value is
-/// reported on stderr (once per `said`, with `what` saying what happens)
-/// and counts as unset.
-bool switch_from_environment(const char* name, const char* what, std::atomic<bool>& said) noexcept;
+/// "false"; true for "1", "on", "yes", "true"; `unset` when unset or empty.
+/// Any other value is reported on stderr (once per `said`, with `what`
+/// saying what happens) and counts as unset.
+bool switch_from_environment(const char* name, const char* what, std::atomic<bool>& said, bool unset = true) noexcept;
 
 /// "`what`: " and errno's text (the reasons the path is not taken).
 std::string errno_text(const char* what);

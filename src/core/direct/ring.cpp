@@ -69,7 +69,8 @@ RingSlot* RingGeometry::slot(void* map, std::uint64_t seq) const noexcept {
 
 bool ring_writes_allowed_by_environment() noexcept {
   static std::atomic<bool> said{false};
-  return switch_from_environment("REMORA_RING_WRITES", "writes of 16 KiB or more go over the message rings", said);
+  return switch_from_environment("REMORA_RING_WRITES",
+                                 "writes of 16 KiB or more stay on cross-memory attach unless it is 1", said, false);
 }
 
 std::size_t ring_slots(std::size_t max_recv, std::size_t slot_size) noexcept {

@@ -67,9 +67,9 @@ constexpr std::uint64_t kSenderCounts = 0x524d524e43000001ull;  // RingHeader::s
 constexpr std::size_t kRingMaxSlot = 1u << 20;
 constexpr std::size_t kRingBytes = 4u << 20;
 
-/// False when REMORA_RING_WRITES turns writes over the rings off ("0",
-/// "off", "no", "false"); true when it is unset or turns them on. Any other
-/// value is reported on stderr once and ignored.
+/// True when REMORA_RING_WRITES turns writes over the rings on ("1", "on",
+/// "yes", "true"); false when it is unset or turns them off. Any other value
+/// is reported on stderr once and ignored.
 bool ring_writes_allowed_by_environment() noexcept;
 
 /// The slots and slot size a ring gets for `max_recv` receives of
