@@ -757,9 +757,9 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// no outbox, something else in flight, too long).
   enum class RingPut { sent, full, no };
   RingPut try_ring(OpSlot& s) REMORA_REQUIRES(mu);
-  /// The same for write `s` (docs/design.md, "Writes over the message
-  /// ring"): in pieces of at most a slot each, which the peer copies into
-  /// its memory.
+  /// The same for write `s` (docs/design.md, "Same-host message rings",
+  /// "Writes over the ring"): in pieces of at most a slot each, which the
+  /// peer copies into its memory.
   RingPut try_ring_write(OpSlot& s) REMORA_REQUIRES(mu);
   /// Take what the inbox holds, publish the handled count (ringing the
   /// peer's bell) and believe the peer's count in the outbox. Returns the

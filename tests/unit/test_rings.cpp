@@ -818,7 +818,7 @@ TEST(RingOffer, ARingOfferBeforeThePeersDirectOfferIsTakenOnceThatCame) {
   EXPECT_TRUE(rings_set(tep)) << "the target cannot send on the initiator's ring";
 }
 
-// ---- writes over the ring (docs/design.md, "Writes over the message ring") ----
+// ---- writes over the ring (docs/design.md, "Same-host message rings": "Writes over the ring") ----
 
 std::uint64_t ring_writes_sent(const Endpoint& ep) { return ep.impl()->ring_writes_sent.load(); }
 std::uint64_t ring_writes_taken(const Endpoint& ep) { return ep.impl()->ring_writes_taken.load(); }
