@@ -479,19 +479,22 @@ TEST(Copier, AChildAfterForkHasItsOwnHelper) {
     auto src = pattern(256 * 1024, 5);
     std::vector<std::uint8_t> far(src.size());
     iovec l{src.data(), src.size()};
-    const std::uint64_t helped = copies_helped();
+    const std::uint64_t helped = copies_helped(), taken = copies_taken_back();
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (copies_helped() == helped && std::chrono::steady_clock::now() < until)
       if (cross_memory(::getpid(), true, &l, 1, iovec{far.data(), far.size()}, true) !=
               static_cast<ssize_t>(src.size()) ||
           std::memcmp(far.data(), src.data(), src.size()) != 0)
         ::_exit(2);
-    ::_exit(copies_helped() > helped ? 0 : 3);
+    // 3: the helper never started a part in time; 4: no part was even
+    // offered to one (no helper could be started in the child).
+    ::_exit(copies_helped() > helped ? 0 : copies_taken_back() > taken ? 3 : 4);
   }
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status)) << "the child was killed (signal " << WTERMSIG(status) << ")";
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: wrong bytes or a failed transfer; 3: no helper in the child";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: wrong bytes or a failed transfer; 3: the child's helper took no part in "
+                                       "10 s; 4: no helper in the child";
 }
 
 }  // namespace

@@ -76,10 +76,17 @@ class Helper {
   /// Hand the job (filled in) to the helper.
   void post() noexcept {
     state_.store(kPosted, std::memory_order_seq_cst);
-    // Both sequentially consistent with the helper's side (sleeping_, then
-    // state_): either the helper sees the job before it sleeps, or this
-    // sees it asleep and wakes it.
-    if (sleeping_.load(std::memory_order_seq_cst)) state_.notify_one();
+    // The helper sleeps on this count, not on state_: a caller that takes
+    // its job back before the woken helper looks sets state_ back to what
+    // the helper went to sleep on, and the wait (which re-checks the value
+    // after each wake) would go on sleeping; posts that each ended so
+    // could starve the helper for good (a loaded machine under ASan: 10 s
+    // of transfers without one part moved by it). The count only grows.
+    posts_.fetch_add(1, std::memory_order_seq_cst);
+    // All sequentially consistent with the helper's side (sleeping_, then
+    // posts_, then state_): either the helper sees the job before it
+    // sleeps, or this sees it asleep and wakes it.
+    if (sleeping_.load(std::memory_order_seq_cst)) posts_.notify_one();
   }
   /// Take the job back if the helper has not started it: true when it is
   /// the caller's to move.
@@ -110,8 +117,8 @@ class Helper {
         relax();
         if (spins % 64 != 63 || std::chrono::steady_clock::now() < until) continue;
         sleeping_.store(true, std::memory_order_seq_cst);
-        const int seen = state_.load(std::memory_order_seq_cst);
-        if (seen != kPosted) state_.wait(seen, std::memory_order_seq_cst);
+        const std::uint32_t posts = posts_.load(std::memory_order_seq_cst);
+        if (state_.load(std::memory_order_seq_cst) != kPosted) posts_.wait(posts, std::memory_order_seq_cst);
         sleeping_.store(false, std::memory_order_relaxed);
         until = std::chrono::steady_clock::now() + kSpin;
       }
@@ -125,6 +132,7 @@ class Helper {
   }
 
   std::atomic<int> state_{kIdle};
+  std::atomic<std::uint32_t> posts_{0};  // jobs posted (wraps): what a sleeping helper waits on
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> busy_{false};
   Job job_;
