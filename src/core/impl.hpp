@@ -752,14 +752,14 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// peer's as the outbox and answer.
   void offer_inbox() REMORA_REQUIRES(mu);
   void accept_ring_offer(const wire::Ctl& offer) REMORA_REQUIRES(mu);
-  /// Place send `s` in the outbox: `sent` (in flight until acknowledged),
-  /// `full` (every slot taken: it waits, deferred), `no` (not a ring send:
-  /// no outbox, something else in flight, too long).
+  /// Place send or write `s` in the outbox: `sent` (in flight until
+  /// acknowledged), `full` (too few free slots: it waits, deferred), `no`
+  /// (not for the ring: no outbox, something else in flight, too long).
   enum class RingPut { sent, full, no };
   RingPut try_ring(OpSlot& s) REMORA_REQUIRES(mu);
-  /// The same for write `s` (docs/design.md, "Same-host message rings",
-  /// "Writes over the ring"): in pieces of at most a slot each, which the
-  /// peer copies into its memory.
+  /// try_ring's part for write `s`, once nothing is in flight off the ring
+  /// (docs/design.md, "Same-host message rings", "Writes over the ring"): in
+  /// pieces of at most a slot each, which the peer copies into its memory.
   RingPut try_ring_write(OpSlot& s) REMORA_REQUIRES(mu);
   /// Take what the inbox holds, publish the handled count (ringing the
   /// peer's bell) and believe the peer's count in the outbox. Returns the

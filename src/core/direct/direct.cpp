@@ -36,6 +36,11 @@ std::uint64_t mix(std::uint64_t k) noexcept {
 constexpr std::size_t kMask = kCapacity - 1;
 static_assert((kCapacity & kMask) == 0, "capacity must be a power of two");
 
+/// [addr, addr+len) lies inside the region of `f` (without overflow).
+bool inside(const Found& f, std::uint64_t addr, std::uint64_t len) noexcept {
+  return addr >= f.addr && len <= f.len && addr - f.addr <= f.len - len;
+}
+
 }  // namespace
 
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
@@ -197,8 +202,7 @@ bool Table::place(std::uint64_t key, std::uint64_t addr, std::span<const std::ui
     const Found f = find_entry(entries(), key);
     if (f.torn) continue;
     const std::uint64_t len = bytes.size();
-    if (f.entry == nullptr || (f.access & kWrite) == 0 || (f.access & kRingOk) == 0 || addr < f.addr || len > f.len ||
-        addr - f.addr > f.len - len)
+    if (f.entry == nullptr || (f.access & kWrite) == 0 || (f.access & kRingOk) == 0 || !inside(f, addr, len))
       return false;
     if (!enter(f)) continue;
     std::memcpy(reinterpret_cast<void*>(addr), bytes.data(), len);
@@ -502,7 +506,7 @@ std::optional<Peer::Outcome> Peer::refusal(const Found& f, std::uint64_t raddr, 
     return header()->omitted.load(std::memory_order_seq_cst) == 0 ? Outcome::refused : Outcome::tcp;
   // The checks the target would make: the range inside the region, the
   // privilege in the region's access.
-  if (raddr < f.addr || len > f.len || raddr - f.addr > f.len - len || (f.access & need) == 0) return Outcome::refused;
+  if (!inside(f, raddr, len) || (f.access & need) == 0) return Outcome::refused;
   return std::nullopt;
 }
 
@@ -649,7 +653,7 @@ Peer::Outcome Peer::atomic_write(std::uint64_t key, std::uint64_t raddr, std::ui
     if (f.torn) continue;
     // The checks of handle_request; any failure is the target's to answer.
     if (f.entry == nullptr || f.share == 0 || (f.access & kWrite) == 0 || raddr % 8 != 0 || f.addr % 8 != 0 ||
-        raddr < f.addr || f.len < 8 || raddr - f.addr > f.len - 8)
+        !inside(f, raddr, 8))
       return Outcome::tcp;
     const std::shared_ptr<const Mapping> m = mapping(f);
     if (m == nullptr) return Outcome::tcp;

@@ -68,11 +68,11 @@ void EndpointImpl::accept_ring_offer(const wire::Ctl& offer) {
 
 EndpointImpl::RingPut EndpointImpl::try_ring(OpSlot& s) {
   if (!outbox || !inbox_taken || state != EndpointState::connected) return RingPut::no;
-  if (s.kind == OpSlot::Kind::write) return try_ring_write(s);
-  if (s.kind != OpSlot::Kind::send) return RingPut::no;
-  // Everything in flight is on the ring too (a send placed now cannot pass
-  // an earlier operation still in the transport).
+  if (s.kind != OpSlot::Kind::send && s.kind != OpSlot::Kind::write) return RingPut::no;
+  // Everything in flight is on the ring too (an operation placed now cannot
+  // pass an earlier one still in the transport).
   if (in_flight != ring_in_flight) return RingPut::no;
+  if (s.kind == OpSlot::Kind::write) return try_ring_write(s);
   if (s.done.length > outbox->slot_size()) return RingPut::no;
   if (outbox->full()) return RingPut::full;
   if (s.check) zone->check->on_take(*this, s);
@@ -90,7 +90,6 @@ EndpointImpl::RingPut EndpointImpl::try_ring(OpSlot& s) {
 EndpointImpl::RingPut EndpointImpl::try_ring_write(OpSlot& s) {
   if (!outbox_takes_writes || !direct_peer || s.with_data || s.check || s.done.length < kRingWriteMin)
     return RingPut::no;
-  if (in_flight != ring_in_flight) return RingPut::no;
   // Each piece a RingWrite and at most `room` bytes, the pieces as even as
   // can be; a write that needs more than half the ring goes the direct way.
   if (outbox->slot_size() <= sizeof(wire::RingWrite) + kRingWritePiece) return RingPut::no;
