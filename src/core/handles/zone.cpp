@@ -6,11 +6,11 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include <cinttypes>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 
+#include "core/handles/maps.hpp"
 #include "core/impl.hpp"
 
 namespace remora {
@@ -121,92 +121,46 @@ struct SharedFile {
 /// regular file this process can open by its name (as a librpma server's
 /// pmem2 mapping of its file is), that file opened again (read-write when
 /// `write`, and then only if the mapping is writable) and the offset. The
-/// file opened must be the mapped one (device and inode as in
-/// /proc/self/maps). fd -1 otherwise: the region is reached by cross-memory
-/// attach.
-SharedFile find_shared_file(ZoneImpl& zone, const void* addr, std::size_t len, bool write) {
+/// file opened must be the mapped one (device and inode as `maps` says).
+/// fd -1 otherwise: the region is reached by cross-memory attach.
+SharedFile find_shared_file(ZoneImpl& zone, Maps& maps, const void* addr, std::size_t len, bool write) {
   static const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
   const auto a = reinterpret_cast<std::uintptr_t>(addr);
   if ((a & (page - 1)) != 0) return {};
-  std::FILE* maps = std::fopen("/proc/self/maps", "re");
-  if (maps == nullptr) return {};
+  Mapping m;
+  if (!maps.at_or_after(a, m, true) || m.start > a) return {};
+  // The one mapping holding the start: all of the range in it, shared,
+  // readable (and writable when remote write is granted), a named file.
+  const char* path = m.path;
+  const std::size_t plen = std::strlen(path);
+  constexpr const char kDeleted[] = " (deleted)";
+  if (len > m.end - a || !m.read || (write && !m.write) || !m.shared || m.inode == 0 || path[0] != '/' ||
+      (plen >= sizeof kDeleted - 1 && std::strcmp(path + plen - (sizeof kDeleted - 1), kDeleted) == 0))
+    return {};
   SharedFile out;
-  char line[4096 + 256];
-  while (std::fgets(line, sizeof line, maps) != nullptr) {
-    std::uintptr_t start = 0, end = 0;
-    std::uint64_t offset = 0, inode = 0;
-    unsigned major = 0, minor = 0;
-    char perms[8] = {};
-    int path_at = 0;
-    if (std::sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %7s %" SCNx64 " %x:%x %" SCNu64 " %n", &start, &end, perms,
-                    &offset, &major, &minor, &inode, &path_at) < 7)
-      continue;
-    if (a < start || a >= end) continue;
-    // The one mapping holding the start: all of the range in it, shared,
-    // readable (and writable when remote write is granted), a named file.
-    char* path = line + path_at;
-    path[std::strcspn(path, "\n")] = '\0';
-    const std::size_t plen = std::strlen(path);
-    constexpr const char kDeleted[] = " (deleted)";
-    if (len > end - a || perms[0] != 'r' || (write && perms[1] != 'w') || perms[3] != 's' || inode == 0 ||
-        path[0] != '/' ||
-        (plen >= sizeof kDeleted - 1 && std::strcmp(path + plen - (sizeof kDeleted - 1), kDeleted) == 0))
-      break;
-    // One descriptor per file and mode in the zone: a file already open
-    // for another region is not opened again (its device and inode were
-    // checked then).
-    const auto id = std::make_tuple(std::uint64_t{::makedev(major, minor)}, inode, write);
-    std::lock_guard<std::mutex> lock(zone.shared_files_mu);
-    if (auto it = zone.shared_files.find(id); it != zone.shared_files.end()) {
-      ++it->second.regions;
-      out.fd = it->second.fd;
-      out.offset = offset + (a - start);
-      break;
-    }
-    const int fd = ::open(path, (write ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0) break;
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_ino != inode || ::major(st.st_dev) != major ||
-        ::minor(st.st_dev) != minor) {
-      ::close(fd);
-      break;
-    }
-    zone.shared_files[id] = ZoneImpl::SharedFile{fd, 1};
-    out.fd = fd;
-    out.offset = offset + (a - start);
-    break;
+  // One descriptor per file and mode in the zone: a file already open for
+  // another region is not opened again (its device and inode were checked
+  // then).
+  const auto id = std::make_tuple(std::uint64_t{::makedev(m.major, m.minor)}, m.inode, write);
+  std::lock_guard<std::mutex> lock(zone.shared_files_mu);
+  if (auto it = zone.shared_files.find(id); it != zone.shared_files.end()) {
+    ++it->second.regions;
+    out.fd = it->second.fd;
+    out.offset = m.offset + (a - m.start);
+    return out;
   }
-  std::fclose(maps);
+  const int fd = ::open(path, (write ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return {};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_ino != m.inode || ::major(st.st_dev) != m.major ||
+      ::minor(st.st_dev) != m.minor) {
+    ::close(fd);
+    return {};
+  }
+  zone.shared_files[id] = ZoneImpl::SharedFile{fd, 1};
+  out.fd = fd;
+  out.offset = m.offset + (a - m.start);
   return out;
-}
-
-/// Every byte of [addr, addr+len) lies in a mapping this process may write
-/// (/proc/self/maps, read once).
-bool range_writable(const void* addr, std::size_t len) noexcept {
-  std::FILE* maps = std::fopen("/proc/self/maps", "re");
-  if (maps == nullptr) return false;
-  auto at = reinterpret_cast<std::uintptr_t>(addr);
-  const std::uintptr_t end = at + len;
-  bool ok = false;
-  char line[4096 + 256];
-  while (std::fgets(line, sizeof line, maps) != nullptr) {
-    const bool whole = std::strchr(line, '\n') != nullptr;
-    std::uintptr_t start = 0, stop = 0;
-    char perms[8] = {};
-    const bool parsed = std::sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %7s", &start, &stop, perms) == 3;
-    // The rest of a line longer than the buffer (a long path) is skipped.
-    while (!whole && std::fgets(line, sizeof line, maps) != nullptr && std::strchr(line, '\n') == nullptr) {
-    }
-    if (!parsed || stop <= at) continue;
-    if (start > at || perms[1] != 'w') break;  // a hole, or not writable
-    at = stop;
-    if (at >= end) {
-      ok = true;
-      break;
-    }
-  }
-  std::fclose(maps);
-  return ok;
 }
 
 /// `share_fd`: the memory is a shared mapping of that descriptor from file
@@ -265,15 +219,21 @@ Result<MemoryRegion> ProtectionZone::register_memory(void* addr, std::size_t len
   // Nor write access to memory this process may not write (a read-only
   // mapping), which a verbs provider refuses where it pins the pages for
   // writing: the transport's receive path, and the target's copy of a
-  // same-host ring write, would store into it and fault.
-  if ((has(access, Access::local_write) || has(access, Access::remote_write)) && !detail::range_writable(addr, len))
-    return Errc::invalid_argument;
-  // Memory the program mapped from a file (a librpma server's pmem2 mapping,
-  // say): same-host peers may map the file themselves. The descriptor stays
-  // open, as `fd`, until the region is closed.
+  // same-host ring write, would store into it and fault. (A process without
+  // /proc, which cannot tell, registers as before the check.)
+  // And memory the program mapped from a file (a librpma server's pmem2
+  // mapping, say): same-host peers may map the file themselves. The
+  // descriptor stays open, as `fd`, until the region is closed. Both ask the
+  // process's mappings (maps.hpp), through one open of /proc/self/maps.
+  const bool check_write = has(access, Access::local_write) || has(access, Access::remote_write);
+  const bool look_for_file = impl_->direct && (has(access, Access::remote_read) || has(access, Access::remote_write));
   detail::SharedFile shared;
-  if (impl_->direct && (has(access, Access::remote_read) || has(access, Access::remote_write)))
-    shared = detail::find_shared_file(*impl_, addr, len, has(access, Access::remote_write));
+  if (check_write || look_for_file) {
+    detail::Maps maps;
+    if (check_write && maps.ok() && !maps.writable(reinterpret_cast<std::uintptr_t>(addr), len))
+      return Errc::invalid_argument;
+    if (look_for_file) shared = detail::find_shared_file(*impl_, maps, addr, len, has(access, Access::remote_write));
+  }
   auto r = detail::register_region(impl_, addr, len, access, shared.fd, shared.offset, persistent);
   if (!r) {
     if (shared.fd >= 0) impl_->release_shared_file(shared.fd);

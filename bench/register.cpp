@@ -1,0 +1,140 @@
+// remora-bench-register: what registering memory costs.
+//
+//   remora-bench-register [--regions N] [--reps R] [--mappings M]
+//
+// One zone (the same-host path on, as between processes of one host by
+// default). Each repetition registers N regions of 4 KiB, one per page of
+// a buffer, then closes them all; for each kind of region below it prints
+// the median over R repetitions of the wall time per registration and the
+// CPU time per registration (this process, user + system), and the time
+// per close. With --mappings M the process first makes M more mappings
+// (alternating read-only and read-write pages, so the kernel cannot merge
+// them): a larger program, whose /proc/self/maps registration reads is
+// longer.
+//
+// The kinds:
+//   heap-all       a heap buffer (not on a page), every access: the
+//                  writability check reads the process's mappings
+//   page-all       page-aligned anonymous memory, every access: the
+//                  writability check and the look for a shared file
+//   page-rread     page-aligned, remote read only: the look for a shared file
+//   page-lread     page-aligned, local read only: neither
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench_stats.hpp"
+#include "remora/remora.hpp"
+
+namespace {
+
+using namespace remora;
+using Clock = std::chrono::steady_clock;
+
+[[noreturn]] void die(const std::string& why) {
+  std::fprintf(stderr, "remora-bench-register: %s\n", why.c_str());
+  std::exit(1);
+}
+
+struct Kind {
+  const char* name;
+  bool page;
+  Access access;
+};
+
+long number_after(int& i, int argc, char** argv) {
+  if (i + 1 >= argc) die(std::string(argv[i]) + " needs a number");
+  char* end = nullptr;
+  const long v = std::strtol(argv[++i], &end, 10);
+  if (end == argv[i] || *end != '\0' || v < 0) die(std::string("not a count: ") + argv[i]);
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  long regions = 1000, reps = 5, mappings = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--regions") {
+      regions = number_after(i, argc, argv);
+    } else if (a == "--reps") {
+      reps = number_after(i, argc, argv);
+    } else if (a == "--mappings") {
+      mappings = number_after(i, argc, argv);
+    } else {
+      std::fprintf(stderr, "usage: remora-bench-register [--regions N] [--reps R] [--mappings M]\n");
+      return a == "--help" ? 0 : 2;
+    }
+  }
+  if (regions < 1 || reps < 1) die("--regions and --reps must be at least 1");
+  const long page = ::sysconf(_SC_PAGESIZE);
+  const auto psize = static_cast<std::size_t>(page);
+
+  // The extra mappings, each page its own (neighbours differ in protection).
+  void* extra = MAP_FAILED;
+  if (mappings > 0) {
+    extra = ::mmap(nullptr, static_cast<std::size_t>(mappings) * psize, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (extra == MAP_FAILED) die(bench::errno_text("mmap the extra mappings"));
+    for (long m = 1; m < mappings; m += 2)
+      if (::mprotect(static_cast<char*>(extra) + m * page, psize, PROT_READ) != 0)
+        die(bench::errno_text("mprotect"));
+  }
+
+  auto fabric = Fabric::open({.address = "127.0.0.1"});
+  if (!fabric) die("open the fabric: " + fabric.error().message());
+  auto zone = fabric->create_zone();
+  if (!zone) die("create a zone: " + zone.error().message());
+
+  const std::size_t bytes = static_cast<std::size_t>(regions) * psize;
+  void* pages = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (pages == MAP_FAILED) die(bench::errno_text("mmap the buffer"));
+  std::memset(pages, 1, bytes);
+  std::vector<std::uint8_t> heap(bytes + 64, 1);
+
+  const Kind kinds[] = {
+      {"heap-all", false, Access::all},
+      {"page-all", true, Access::all},
+      {"page-rread", true, Access::remote_read},
+      {"page-lread", true, Access::local_read},
+  };
+  std::printf("%-11s %8s %5s %9s %12s %13s %9s\n", "kind", "regions", "reps", "mappings", "register_us", "reg_cpu_us",
+              "close_us");
+  for (const Kind& k : kinds) {
+    std::vector<double> reg_us, cpu_us, close_us;
+    for (long r = 0; r < reps; ++r) {
+      std::vector<MemoryRegion> held;
+      held.reserve(static_cast<std::size_t>(regions));
+      const double cpu0 = bench::cpu_seconds();
+      const auto t0 = Clock::now();
+      for (long i = 0; i < regions; ++i) {
+        std::uint8_t* at = k.page ? static_cast<std::uint8_t*>(pages) + static_cast<std::size_t>(i) * psize
+                                  : heap.data() + 8 + static_cast<std::size_t>(i) * psize;
+        auto mr = zone->register_memory(at, psize, k.access);
+        if (!mr) die(std::string(k.name) + ": register: " + mr.error().message());
+        held.push_back(std::move(*mr));
+      }
+      const auto t1 = Clock::now();
+      const double cpu1 = bench::cpu_seconds();
+      held.clear();
+      const auto t2 = Clock::now();
+      const auto n = static_cast<double>(regions);
+      reg_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / n);
+      cpu_us.push_back((cpu1 - cpu0) * 1e6 / n);
+      close_us.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count() / n);
+    }
+    std::printf("%-11s %8ld %5ld %9ld %12s %13s %9s\n", k.name, regions, reps, mappings,
+                bench::fixed(bench::median(reg_us)).c_str(), bench::fixed(bench::median(cpu_us)).c_str(),
+                bench::fixed(bench::median(close_us)).c_str());
+  }
+  ::munmap(pages, bytes);
+  if (extra != MAP_FAILED) ::munmap(extra, static_cast<std::size_t>(mappings) * psize);
+  return 0;
+}
