@@ -46,19 +46,6 @@ inline constexpr bool kUnderThreadSanitizer = false;
 inline constexpr bool kUnderThreadSanitizer = false;
 #endif
 
-/// True in an AddressSanitizer build.
-#if defined(__SANITIZE_ADDRESS__)
-inline constexpr bool kUnderAddressSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-inline constexpr bool kUnderAddressSanitizer = true;
-#else
-inline constexpr bool kUnderAddressSanitizer = false;
-#endif
-#else
-inline constexpr bool kUnderAddressSanitizer = false;
-#endif
-
 /// The value of a Result, or an exception (reported by gtest as a failure).
 template <class T>
 T must(Result<T> r, const char* what) {
