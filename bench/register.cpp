@@ -84,8 +84,7 @@ int main(int argc, char** argv) {
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (extra == MAP_FAILED) die(bench::errno_text("mmap the extra mappings"));
     for (long m = 1; m < mappings; m += 2)
-      if (::mprotect(static_cast<char*>(extra) + m * page, psize, PROT_READ) != 0)
-        die(bench::errno_text("mprotect"));
+      if (::mprotect(static_cast<char*>(extra) + m * page, psize, PROT_READ) != 0) die(bench::errno_text("mprotect"));
   }
 
   auto fabric = Fabric::open({.address = "127.0.0.1"});

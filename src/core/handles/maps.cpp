@@ -39,8 +39,7 @@ constexpr std::uint64_t kCoveringOrNext = 0x10;
 
 }  // namespace
 
-Maps::Maps(bool query) noexcept
-    : fd_(::open("/proc/self/maps", O_RDONLY | O_CLOEXEC)), query_(query) {}
+Maps::Maps(bool query) noexcept : fd_(::open("/proc/self/maps", O_RDONLY | O_CLOEXEC)), query_(query) {}
 
 Maps::~Maps() {
   if (text_ != nullptr)
@@ -57,6 +56,9 @@ bool Maps::at_or_after(std::uintptr_t addr, Mapping& out, bool want_path) noexce
     q.query_flags = kCoveringOrNext;
     q.query_addr = addr;
     if (want_path) {
+      // Cleared first: tools that do not know the ioctl (valgrind) then see
+      // the name as written.
+      std::memset(out.path, 0, sizeof out.path);
       q.vma_name_size = sizeof out.path;
       q.vma_name_addr = reinterpret_cast<std::uintptr_t>(out.path);
     }
@@ -74,7 +76,7 @@ bool Maps::at_or_after(std::uintptr_t addr, Mapping& out, bool want_path) noexce
       return true;
     }
     if (errno != ENOTTY && errno != EINVAL) return false;  // ENOENT: nothing at or above addr
-    query_ = false;  // a kernel before 6.11: the text
+    query_ = false;                                        // a kernel before 6.11: the text
   }
   return from_text(addr, out, want_path);
 }
@@ -90,14 +92,13 @@ bool Maps::from_text(std::uintptr_t addr, Mapping& out, bool want_path) noexcept
     // A line longer than the buffer (a path near PATH_MAX): the rest is
     // skipped, and the path not kept.
     const bool whole = std::strchr(line, '\n') != nullptr;
-    for (char rest[256]; !whole && std::fgets(rest, sizeof rest, text_) != nullptr &&
-                         std::strchr(rest, '\n') == nullptr;) {
+    for (char rest[256];
+         !whole && std::fgets(rest, sizeof rest, text_) != nullptr && std::strchr(rest, '\n') == nullptr;) {
     }
     char perms[8] = {};
     int path_at = 0;
     have_line_ = std::sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %7s %" SCNx64 " %x:%x %" SCNu64 " %n", &line_.start,
-                             &line_.end, perms, &line_.offset, &line_.major, &line_.minor, &line_.inode,
-                             &path_at) >= 7;
+                             &line_.end, perms, &line_.offset, &line_.major, &line_.minor, &line_.inode, &path_at) >= 7;
     if (!have_line_) continue;
     line_.read = perms[0] == 'r';
     line_.write = perms[1] == 'w';
