@@ -17,8 +17,37 @@
 
 #include "core/direct/direct.hpp"
 
+#if defined(__SANITIZE_THREAD__)
+#define REMORA_RING_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define REMORA_RING_TSAN 1
+#endif
+#endif
+#ifdef REMORA_RING_TSAN
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+#endif
+
 namespace remora::detail::direct {
 namespace {
+
+// ThreadSanitizer orders accesses by address, and the two ends of a ring in
+// one process (the two zones of a test) map it at two addresses: the
+// handled count one end stores and the other loads are two variables to it,
+// so it saw the target's copy of a ring write into registered memory race
+// with the initiator's reading of that memory after the write completed.
+// Both ends know the ring by its nonce: a release and an acquire on a byte
+// the nonce picks give ThreadSanitizer the ordering the shared count gives.
+// Nothing in other builds.
+#ifdef REMORA_RING_TSAN
+char g_tsan_sync[256];
+void sync_release(std::uint64_t nonce) noexcept { __tsan_release(&g_tsan_sync[nonce % sizeof g_tsan_sync]); }
+void sync_acquire(std::uint64_t nonce) noexcept { __tsan_acquire(&g_tsan_sync[nonce % sizeof g_tsan_sync]); }
+#else
+void sync_release(std::uint64_t) noexcept {}
+void sync_acquire(std::uint64_t) noexcept {}
+#endif
 
 std::size_t stride_of(std::size_t slot_size) noexcept { return (sizeof(RingSlot) + slot_size + 63) & ~std::size_t{63}; }
 
@@ -124,6 +153,7 @@ std::unique_ptr<Inbox> Inbox::create(std::size_t slots, std::size_t slot_size, s
   while (nonce == 0) nonce = (std::uint64_t{rd()} << 32) | rd();
   RingHeader* h = b->header();  // the file starts zeroed
   h->nonce.store(nonce, std::memory_order_relaxed);
+  b->nonce_ = nonce;
   h->slots.store(slots, std::memory_order_relaxed);
   h->slot_size.store(slot_size, std::memory_order_relaxed);
   h->magic.store(kRingMagic, std::memory_order_release);
@@ -162,6 +192,7 @@ void Inbox::pop() noexcept {
 void Inbox::publish_handled(std::uint64_t n) noexcept {
   if (n == published_) return;  // nothing new: no store to the shared line
   published_ = n;
+  sync_release(nonce_);
   header()->handled.store(n, std::memory_order_release);
 }
 
@@ -226,6 +257,7 @@ std::unique_ptr<Outbox> Outbox::open(const std::shared_ptr<const Peer>& peer_ptr
     return nullptr;
   }
   o->tail_ = h->tail.load(std::memory_order_relaxed);
+  o->nonce_ = nonce;
   o->bell_ = peer.take_eventfd(bell);
   if (o->bell_ < 0) {
     why = "the offered bell is not an eventfd of the peer";
@@ -271,7 +303,11 @@ std::size_t Outbox::free_slots() const noexcept {
   return geo_.slots - static_cast<std::size_t>(tail_ - header()->head.load(std::memory_order_acquire));
 }
 
-std::uint64_t Outbox::handled() const noexcept { return header()->handled.load(std::memory_order_acquire); }
+std::uint64_t Outbox::handled() const noexcept {
+  const std::uint64_t n = header()->handled.load(std::memory_order_acquire);
+  sync_acquire(nonce_);
+  return n;
+}
 
 void Outbox::ring() noexcept {
   const std::uint64_t one = 1;

@@ -152,6 +152,7 @@ class Inbox {
   RingGeometry geo_;
   std::uint64_t head_ = 0;       // the owner's copy of header()->head
   std::uint64_t published_ = 0;  // the last count publish_handled stored
+  std::uint64_t nonce_ = 0;      // this ring's, as in its header
   RingHeader* header() const noexcept { return static_cast<RingHeader*>(map_); }
 };
 
@@ -192,7 +193,8 @@ class Outbox {
   std::size_t charged_ = 0;  // descriptors counted in ring_fds_held()
   void* map_ = nullptr;
   RingGeometry geo_;
-  std::uint64_t tail_ = 0;  // this side's copy of header()->tail
+  std::uint64_t tail_ = 0;   // this side's copy of header()->tail
+  std::uint64_t nonce_ = 0;  // the ring's, as offered
   RingHeader* header() const noexcept { return static_cast<RingHeader*>(map_); }
 };
 
