@@ -7,10 +7,10 @@
 // a buffer, then closes them all; for each kind of region below it prints
 // the median over R repetitions of the wall time per registration and the
 // CPU time per registration (this process, user + system), and the time
-// per close. With --mappings M the process first makes M more mappings
-// (alternating read-only and read-write pages, so the kernel cannot merge
-// them): a larger program, whose /proc/self/maps registration reads is
-// longer.
+// per close. With --mappings M the process makes M more mappings below
+// its buffers (alternating read-only and read-write pages, so the kernel
+// cannot merge them): a larger program, whose /proc/self/maps is longer
+// before the regions registered.
 //
 // The kinds:
 //   heap-all       a heap buffer (not on a page), every access: the
@@ -77,16 +77,6 @@ int main(int argc, char** argv) {
   const long page = ::sysconf(_SC_PAGESIZE);
   const auto psize = static_cast<std::size_t>(page);
 
-  // The extra mappings, each page its own (neighbours differ in protection).
-  void* extra = MAP_FAILED;
-  if (mappings > 0) {
-    extra = ::mmap(nullptr, static_cast<std::size_t>(mappings) * psize, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (extra == MAP_FAILED) die(bench::errno_text("mmap the extra mappings"));
-    for (long m = 1; m < mappings; m += 2)
-      if (::mprotect(static_cast<char*>(extra) + m * page, psize, PROT_READ) != 0) die(bench::errno_text("mprotect"));
-  }
-
   auto fabric = Fabric::open({.address = "127.0.0.1"});
   if (!fabric) die("open the fabric: " + fabric.error().message());
   auto zone = fabric->create_zone();
@@ -97,6 +87,21 @@ int main(int argc, char** argv) {
   if (pages == MAP_FAILED) die(bench::errno_text("mmap the buffer"));
   std::memset(pages, 1, bytes);
   std::vector<std::uint8_t> heap(bytes + 64, 1);
+
+  // The extra mappings, each page its own (neighbours differ in
+  // protection), made after the buffers: the kernel places new mappings
+  // below the older ones, so they come before the buffers in
+  // /proc/self/maps, whose text is read from the lowest address up.
+  void* extra = MAP_FAILED;
+  if (mappings > 0) {
+    extra = ::mmap(nullptr, static_cast<std::size_t>(mappings) * psize, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (extra == MAP_FAILED) die(bench::errno_text("mmap the extra mappings"));
+    for (long m = 1; m < mappings; m += 2)
+      if (::mprotect(static_cast<char*>(extra) + m * page, psize, PROT_READ) != 0) die(bench::errno_text("mprotect"));
+    if (reinterpret_cast<std::uintptr_t>(extra) > reinterpret_cast<std::uintptr_t>(pages))
+      std::fprintf(stderr, "remora-bench-register: the extra mappings lie above the buffer\n");
+  }
 
   const Kind kinds[] = {
       {"heap-all", false, Access::all},
