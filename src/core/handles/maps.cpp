@@ -75,8 +75,10 @@ bool Maps::at_or_after(std::uintptr_t addr, Mapping& out, bool want_path) noexce
       if (!want_path || q.vma_name_size == 0) out.path[0] = '\0';
       return true;
     }
-    if (errno != ENOTTY && errno != EINVAL) return false;  // ENOENT: nothing at or above addr
-    query_ = false;                                        // a kernel before 6.11: the text
+    if (errno == ENOENT) return false;  // nothing at or above addr
+    // ENOTTY: a kernel before 6.11. Any other refusal (a sandbox that
+    // filters ioctls, say) is no answer either: the text is.
+    query_ = false;
   }
   return from_text(addr, out, want_path);
 }

@@ -23,9 +23,10 @@ struct Mapping {
 /// Reads this process's mappings from /proc/self/maps, in address order.
 /// On Linux 6.11 and later each question is one PROCMAP_QUERY ioctl on the
 /// open file, which the kernel answers for the one mapping asked about;
-/// older kernels (Debian 12's 6.1) have no such ioctl, and the text is read
-/// line by line instead, from the lowest address up. The answers are the
-/// same (tests/unit/test_maps.cpp compares them).
+/// older kernels (Debian 12's 6.1) have no such ioctl (and a sandbox may
+/// refuse it), and the text is read line by line instead, from the lowest
+/// address up. The answers are the same (tests/unit/test_maps.cpp compares
+/// them).
 class Maps {
  public:
   /// `query`: use the ioctl where the kernel has it (false: the text).
