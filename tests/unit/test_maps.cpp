@@ -4,11 +4,18 @@
 // (read-write, read-only, inaccessible, a hole, a shared file, a removed
 // file) and about every mapping of the process.
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -176,6 +183,41 @@ TEST(Maps, TheQueryAndTheTextListTheSameMappings) {
     at = q.end;
   }
   EXPECT_GT(compared, 10) << "the process has more mappings than that";
+}
+
+TEST(Maps, AnIoctlTheProcessMayNotMakeFallsBackToTheText) {
+  // A sandbox that filters ioctls (here a seccomp filter refusing
+  // PROCMAP_QUERY with EPERM, in a child) must not make every mapping look
+  // absent: the text answers instead.
+  Layout l;
+  ASSERT_NE(l.base, nullptr);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::alarm(20);
+    sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ioctl, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[1])),   // its low half (little-endian)
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, _IOWR('f', 17, char[104]), 0, 1),  // PROCMAP_QUERY
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog prog{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0)
+      ::_exit(5);
+    Maps maps(true);
+    Mapping m;
+    if (!maps.at_or_after(l.at(5), m, true)) ::_exit(2);
+    if (maps.queried()) ::_exit(3);
+    const bool right = m.start == l.at(5) && m.shared && std::string(m.path) == l.file;
+    ::_exit(right && Maps(true).writable(l.at(4), kPage) && !Maps(true).writable(l.at(1), 1) ? 0 : 4);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child was killed (signal " << WTERMSIG(status) << ")";
+  if (WEXITSTATUS(status) == 5) GTEST_SKIP() << "no seccomp filter could be installed here";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: no mapping found; 3: the ioctl answered; 4: wrong answers";
 }
 
 }  // namespace
