@@ -2,7 +2,8 @@
 // the PROCMAP_QUERY ioctl (Linux 6.11 and later) and the text of
 // /proc/self/maps give the same answers, about mappings this test makes
 // (read-write, read-only, inaccessible, a hole, a shared file, a removed
-// file) and about every mapping of the process.
+// file) and about every mapping of the process; where the ioctl is refused
+// (a seccomp filter), the text answers.
 #include <fcntl.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
