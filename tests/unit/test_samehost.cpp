@@ -1994,6 +1994,12 @@ void post_and_wait_on_memory(Pair& p, int n, std::uint8_t fill, std::uint64_t co
   EXPECT_EQ(collect(p.icq, static_cast<std::size_t>(n)).size(), static_cast<std::size_t>(n));
 }
 
+/// Sleep until the pause on gathering (if any) has ended.
+void wait_out_pause(const Pair& p) {
+  while (std::chrono::steady_clock::now().time_since_epoch().count() < gather_pause(p.iep).second)
+    std::this_thread::sleep_for(1ms);
+}
+
 /// What a round of post_and_wait_on_memory (two writes) did to the pause.
 enum class Round {
   late,      ///< gathered, and the agent found the batch late (note_gather_wait)
@@ -2018,8 +2024,7 @@ bool late_rounds_in_a_row(Pair& p, int rounds) {
   int in_row = 0;
   const auto until = std::chrono::steady_clock::now() + 20s;
   for (int round = 0; round < 40 && in_row < rounds && std::chrono::steady_clock::now() < until; ++round) {
-    while (std::chrono::steady_clock::now().time_since_epoch().count() < gather_pause(p.iep).second)
-      std::this_thread::sleep_for(1ms);
+    wait_out_pause(p);
     switch (wait_on_memory_round(p, static_cast<std::uint8_t>(0x30 + round),
                                  1000 + 10 * static_cast<std::uint64_t>(round))) {
       case Round::late:
@@ -2064,10 +2069,6 @@ TEST(SameHostGather, ABatchLeftWaitingForAPollPausesGathering) {
 TEST(SameHostGather, EachLateBatchDoublesThePauseAndABatchPlacedInTimeEndsIt) {
   auto p = gathering_pair();
   ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
-  auto wait_out_pause = [&] {
-    while (std::chrono::steady_clock::now().time_since_epoch().count() < gather_pause(p->iep).second)
-      std::this_thread::sleep_for(1ms);
-  };
   ASSERT_TRUE(late_rounds_in_a_row(*p, 2)) << "no two batches in a row were found late";
   ASSERT_EQ(gather_pause(p->iep).first, 20);
   // A batch its user places by polling right after posting: the doubling
@@ -2075,7 +2076,7 @@ TEST(SameHostGather, EachLateBatchDoublesThePauseAndABatchPlacedInTimeEndsIt) {
   // again.)
   bool in_time = false;
   for (int round = 0; round < 10 && !in_time; ++round) {
-    wait_out_pause();
+    wait_out_pause(*p);
     const std::uint64_t late = late_batches(p->iep);
     const bool one_batch =
         post_batch(*p, 2, static_cast<std::uint8_t>(0x50 + round), 100 + 10 * static_cast<std::uint64_t>(round));
