@@ -23,6 +23,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -30,6 +32,7 @@
 #include <vector>
 
 #include "bench_stats.hpp"
+#include "cli.hpp"
 #include "remora/remora.hpp"
 
 namespace {
@@ -48,12 +51,17 @@ struct Kind {
   Access access;
 };
 
+/// The count after option argv[i] (tools/cli.hpp's parse_u64), i moved past it.
 long number_after(int& i, int argc, char** argv) {
   if (i + 1 >= argc) die(std::string(argv[i]) + " needs a number");
-  char* end = nullptr;
-  const long v = std::strtol(argv[++i], &end, 10);
-  if (end == argv[i] || *end != '\0' || v < 0) die(std::string("not a count: ") + argv[i]);
-  return v;
+  try {
+    const std::uint64_t v = tools::parse_u64(argv[i], argv[i + 1]);
+    if (v > static_cast<std::uint64_t>(LONG_MAX)) die(std::string(argv[i]) + ": too large");
+    ++i;
+    return static_cast<long>(v);
+  } catch (const tools::UsageError& e) {
+    die(e.what());
+  }
 }
 
 }  // namespace
