@@ -167,8 +167,6 @@ Inbox::~Inbox() {
   release_fds(charged_, charged_);
 }
 
-std::uint64_t Inbox::nonce() const noexcept { return header()->nonce.load(std::memory_order_relaxed); }
-
 Inbox::Next Inbox::next(std::span<const std::uint8_t>& bytes, std::uint64_t& data) noexcept {
   // Sequentially consistent with the sender's publish-then-look (Outbox::
   // put): either the sender sees this side's last head and rings the bell,

@@ -114,7 +114,7 @@ class Inbox {
   /// descriptor is not needed any more (the mapping stays).
   void close_fd() noexcept;
   int bell_fd() const noexcept { return bell_; }
-  std::uint64_t nonce() const noexcept;
+  std::uint64_t nonce() const noexcept { return nonce_; }
   std::size_t slots() const noexcept { return geo_.slots; }
   std::size_t slot_size() const noexcept { return geo_.slot_size; }
 
