@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bench_stats.hpp"
@@ -51,37 +52,50 @@ struct Kind {
   Access access;
 };
 
-/// The count after option argv[i] (tools/cli.hpp's parse_u64), i moved past it.
-long number_after(int& i, int argc, char** argv) {
-  if (i + 1 >= argc) die(std::string(argv[i]) + " needs a number");
-  try {
-    const std::uint64_t v = tools::parse_u64(argv[i], argv[i + 1]);
-    if (v > static_cast<std::uint64_t>(LONG_MAX)) die(std::string(argv[i]) + ": too large");
-    ++i;
-    return static_cast<long>(v);
-  } catch (const tools::UsageError& e) {
-    die(e.what());
-  }
+struct Config {
+  long regions = 1000, reps = 5, mappings = 0;
+  bool help = false;
+};
+
+/// A count for `option`, from `least` to LONG_MAX.
+long count(std::string_view option, std::string_view text, long least) {
+  const std::uint64_t v = tools::parse_u64(option, text);
+  if (v < static_cast<std::uint64_t>(least) || v > static_cast<std::uint64_t>(LONG_MAX))
+    throw tools::UsageError(std::string(option) + ": from " + std::to_string(least) + " to " +
+                            std::to_string(LONG_MAX));
+  return static_cast<long>(v);
+}
+
+constexpr tools::Option<Config> kOptions[] = {
+    {"--regions", "N", "regions registered per repetition, one 4 KiB page each (default 1000)",
+     [](Config& c, std::string_view v) { c.regions = count("--regions", v, 1); }},
+    {"--reps", "R", "repetitions; the figures are their medians (default 5)",
+     [](Config& c, std::string_view v) { c.reps = count("--reps", v, 1); }},
+    {"--mappings", "M", "more mappings, made after the buffers and so below them (default 0)",
+     [](Config& c, std::string_view v) { c.mappings = count("--mappings", v, 0); }},
+    {"--help", "", "this text", [](Config& c, std::string_view) { c.help = true; }},
+};
+
+std::string usage() {
+  return "usage: remora-bench-register [--regions N] [--reps R] [--mappings M]\n\noptions:\n" +
+         tools::options_help<Config>(kOptions);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  long regions = 1000, reps = 5, mappings = 0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--regions") {
-      regions = number_after(i, argc, argv);
-    } else if (a == "--reps") {
-      reps = number_after(i, argc, argv);
-    } else if (a == "--mappings") {
-      mappings = number_after(i, argc, argv);
-    } else {
-      std::fprintf(stderr, "usage: remora-bench-register [--regions N] [--reps R] [--mappings M]\n");
-      return a == "--help" ? 0 : 2;
-    }
+  Config cfg;
+  try {
+    tools::parse_options<Config>(kOptions, argc, argv, cfg);
+  } catch (const tools::UsageError& e) {
+    std::fprintf(stderr, "remora-bench-register: %s\n%s", e.what(), usage().c_str());
+    return 2;
   }
-  if (regions < 1 || reps < 1) die("--regions and --reps must be at least 1");
+  if (cfg.help) {
+    std::printf("%s", usage().c_str());
+    return 0;
+  }
+  const long regions = cfg.regions, reps = cfg.reps, mappings = cfg.mappings;
   const long page = ::sysconf(_SC_PAGESIZE);
   const auto psize = static_cast<std::size_t>(page);
 

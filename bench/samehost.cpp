@@ -94,14 +94,7 @@ constexpr remora::tools::Option<Config> kOptions[] = {
        c.reps = static_cast<unsigned>(n);
      }},
     {"-D|--duration", "SECONDS", "length of one repetition of one engine and size (default 0.3)",
-     [](Config& c, std::string_view v) {
-       char* end = nullptr;
-       const std::string s(v);
-       const double d = std::strtod(s.c_str(), &end);
-       if (s.empty() || end != s.c_str() + s.size() || !(d >= 0.001 && d <= 60))
-         throw UsageError("--duration: seconds between 0.001 and 60");
-       c.duration_s = d;
-     }},
+     [](Config& c, std::string_view v) { c.duration_s = remora::tools::parse_seconds("--duration", v, 0.001, 60); }},
     {"--only", "ENGINE[,ENGINE...]", "run only these engines: memcpy, cma, libfabric-shm",
      [](Config& c, std::string_view v) {
        for (std::string_view rest = v;;) {

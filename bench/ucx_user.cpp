@@ -85,18 +85,6 @@ struct Config {
   bool help = false;
 };
 
-double parse_seconds(std::string_view option, std::string_view v, double lo, double hi) {
-  const std::string s(v);
-  char* end = nullptr;
-  const double d = std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || !(d >= lo && d <= hi)) {
-    char range[96];
-    std::snprintf(range, sizeof range, ": seconds between %g and %g", lo, hi);
-    throw UsageError(std::string(option) + range);
-  }
-  return d;
-}
-
 constexpr remora::tools::Option<Config> kOptions[] = {
     {"--size", "BYTES[,BYTES...]", "put_bw sizes (k, m, g suffixes; default 8,65536,1048576); put_lat is 8 bytes",
      [](Config& c, std::string_view v) { c.sizes = remora::tools::parse_size_list("--size", v, kMaxSize); }},
@@ -107,10 +95,10 @@ constexpr remora::tools::Option<Config> kOptions[] = {
        c.reps = static_cast<unsigned>(n);
      }},
     {"-D|--duration", "SECONDS", "length of one repetition (default 0.3)",
-     [](Config& c, std::string_view v) { c.duration_s = parse_seconds("--duration", v, 0.001, 60); }},
+     [](Config& c, std::string_view v) { c.duration_s = remora::tools::parse_seconds("--duration", v, 0.001, 60); }},
     {"--timeout", "SECONDS", "limit of the whole run, then exit 3 (default: 30 s + 4x the planned time)",
      [](Config& c, std::string_view v) {
-       c.timeout_s = static_cast<unsigned>(std::ceil(parse_seconds("--timeout", v, 1, 86400)));
+       c.timeout_s = static_cast<unsigned>(std::ceil(remora::tools::parse_seconds("--timeout", v, 1, 86400)));
      }},
     {"--json", "", "one JSON object per row instead of the table", [](Config& c, std::string_view) { c.json = true; }},
     {"--help", "", "this text", [](Config& c, std::string_view) { c.help = true; }},

@@ -6,6 +6,8 @@
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -114,6 +116,19 @@ inline std::uint64_t parse_u64(std::string_view option, std::string_view text) {
   if (text.empty() || ec != std::errc{} || p != end)
     throw UsageError(std::string(option) + ": not a number: '" + std::string(text) + "'");
   return v;
+}
+
+/// A number of seconds (a decimal, "0.3"), between `lo` and `hi`.
+inline double parse_seconds(std::string_view option, std::string_view text, double lo, double hi) {
+  const std::string s(text);
+  char* end = nullptr;
+  const double d = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !(d >= lo && d <= hi)) {
+    char range[96];
+    std::snprintf(range, sizeof range, ": seconds between %g and %g", lo, hi);
+    throw UsageError(std::string(option) + range);
+  }
+  return d;
 }
 
 /// A byte count: digits with an optional binary suffix k, m or g (either
