@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "check/check.hpp"
+#include "core/direct/copier.hpp"
 #include "core/direct/direct.hpp"
 #include "core/direct/huge_pages.hpp"
 #include "core/direct/ring.hpp"
@@ -164,6 +165,12 @@ struct ZoneImpl : std::enable_shared_from_this<ZoneImpl> {
   // README.md, "Writes over the message ring"). Set at creation, then
   // constant.
   bool ring_writes = false;
+  // The second part of a large cross-memory transfer (copier.hpp) is offered
+  // to the same-host peer over the connection's ring, which moves it from its
+  // side, and this zone moves its peers' parts (docs/design.md, "The peer
+  // moves half"), unless REMORA_PEER_HELPER=0 when the zone was made. Set at
+  // creation, then constant.
+  bool direct_pull = true;
   // Files that registered ranges of this zone are shared mappings of
   // (find_shared_file): one descriptor per file and open mode, however many
   // regions lie in it (a program registering thousands of ranges of one
@@ -488,6 +495,32 @@ struct SrqImpl {
   RecvQueue queue;
 };
 
+/// The second hand of an endpoint's split transfers (direct::FarHand): the
+/// part offered to the same-host peer as a ring_pull message in its inbox,
+/// this side's outbox (docs/design.md, "The peer moves half"). Made on the
+/// stack for one transfer, with the endpoint's lock held.
+class PullHand final : public direct::FarHand {
+ public:
+  PullHand(direct::Outbox& out, direct::Peer& peer, std::atomic<std::uint64_t>& offered) noexcept
+      : out_(out), peer_(peer), offered_(offered) {}
+  bool offer(bool write, const std::uint64_t* keys, const iovec* remote, std::size_t nr, const iovec* local,
+             std::size_t n) noexcept override;
+  ssize_t finish() noexcept override;
+  /// The peer answered that it cannot reach this process (EPERM, ESRCH):
+  /// offer it nothing more.
+  bool unreachable() const noexcept { return unreachable_; }
+  /// finish() took the part back (the peer had not started it).
+  bool taken_back() const noexcept { return taken_back_; }
+
+ private:
+  direct::Outbox& out_;
+  direct::Peer& peer_;
+  std::atomic<std::uint64_t>& offered_;
+  wire::RingPull* pull_ = nullptr;  // the message offered, in the peer's ring
+  bool unreachable_ = false;
+  bool taken_back_ = false;
+};
+
 struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   ~EndpointImpl();
   std::shared_ptr<ZoneImpl> zone;
@@ -636,6 +669,14 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   // The peer's inbox takes writes (its offer said kRingTakesWrites), and
   // this zone sends them there (ZoneImpl::ring_writes).
   bool outbox_takes_writes REMORA_GUARDED_BY(mu) = false;
+  // The peer's inbox takes parts of split transfers (its offer said
+  // kRingTakesPulls, and this zone offers them: ZoneImpl::direct_pull);
+  // cleared when the peer could not reach this process (EPERM, ESRCH).
+  bool outbox_takes_pulls REMORA_GUARDED_BY(mu) = false;
+  // Parts of split transfers this side offered the peer and the peer moved,
+  // and the peer's parts this side moved (tests, remora-info).
+  std::atomic<std::uint64_t> pulls_offered{0};
+  std::atomic<std::uint64_t> pulls_moved_for_peer{0};
   // Sends placed in the peer's inbox, and messages taken from this side's
   // (tests look at them); writes placed in the peer's inbox, and the
   // peer's writes this side copied from its own.
@@ -765,6 +806,14 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// peer's bell) and believe the peer's count in the outbox. Returns the
   /// messages taken.
   int take_ring() REMORA_REQUIRES(mu);
+  // A ring_pull message from the peer (its bytes in this side's inbox):
+  // moved when the peer has not taken it back. False when it is malformed.
+  bool take_pull(std::span<const std::uint8_t> bytes) REMORA_REQUIRES(mu);
+  // Whether this endpoint's split transfers may offer their second part to
+  // the peer now (PullHand).
+  bool pulls_now() const REMORA_REQUIRES(mu) {
+    return outbox && outbox_takes_pulls && direct_peer && state == EndpointState::connected;
+  }
   /// Believe the handled count the peer published in its inbox (this
   /// side's outbox): sends it covers complete.
   void take_ring_acks() REMORA_REQUIRES(mu);

@@ -1108,7 +1108,12 @@ void expect_all_over_the_transport(Pair& p) {
 
 // ---- large transfers on two threads (src/core/direct/copier.hpp) ----
 
-std::uint64_t splits() { return detail::direct::copies_helped() + detail::direct::copies_taken_back(); }
+/// Split transfers, whoever moved the second part: this process's helper,
+/// the caller (taken back), or the peer (docs/design.md, "The peer moves
+/// half").
+std::uint64_t splits() {
+  return detail::direct::copies_helped() + detail::direct::copies_taken_back() + detail::direct::copies_moved_by_peer();
+}
 
 /// A write of `len` bytes (from a local region of that size) into a
 /// registered (not shareable) region of the target with guard pages, then a

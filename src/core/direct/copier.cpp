@@ -19,12 +19,9 @@ namespace {
 
 std::atomic<std::uint64_t> helped{0};
 std::atomic<std::uint64_t> taken_back{0};
+std::atomic<std::uint64_t> moved_by_peer{0};
 
 static_assert(kMaxRangeSegments == kMaxRanges * kMaxLocal);
-/// The segments of one list of write_ranges: each piece takes the local
-/// segments its bytes lie in, and a segment that straddles two pieces (a
-/// write's segments need not end where it does) is counted in both.
-constexpr std::size_t kListSegments = kMaxRangeSegments + kMaxRanges;
 
 ssize_t one_call(pid_t pid, bool write, const iovec* local, std::size_t n, const iovec* remote,
                  std::size_t nr) noexcept {
@@ -204,6 +201,40 @@ ssize_t second_part(Helper& h, int& err) noexcept {
   return moved;
 }
 
+/// The second part handed to the peer (FarHand), once the caller's own part
+/// is done: what the peer moved when it moved all of it, else moved here.
+ssize_t far_part(FarHand& far, const Job& job, int& err) noexcept {
+  std::size_t want = 0;
+  for (std::size_t k = 0; k < job.nr; ++k) want += job.remote[k].iov_len;
+  if (far.finish() == static_cast<ssize_t>(want)) {
+    moved_by_peer.fetch_add(1, std::memory_order_relaxed);
+    err = 0;
+    return static_cast<ssize_t>(want);
+  }
+  // Not taken, refused or short at the peer: every byte of the part moved
+  // here (the peer's partial copy, if any, wrote the same bytes).
+  taken_back.fetch_add(1, std::memory_order_relaxed);
+  errno = 0;
+  const ssize_t moved = one_call(job.pid, job.write, job.local, job.n, job.remote, job.nr);
+  err = errno;
+  return moved;
+}
+
+/// The second part `job` (filled in) to the peer when `far` takes it, else to
+/// this process's helper: false when neither can (the caller makes one
+/// call). `*helper` is the helper it went to, or null.
+bool hand_over(const Job& job, const std::uint64_t* keys, FarHand* far, Helper** helper) noexcept {
+  *helper = nullptr;
+  if (far != nullptr && keys != nullptr && far->offer(job.write, keys, job.remote, job.nr, job.local, job.n))
+    return true;
+  Helper* h = Helper::get();
+  if (h == nullptr || !h->claim()) return false;
+  h->job() = job;
+  h->post();
+  *helper = h;
+  return true;
+}
+
 /// The errno of the first part that failed with EPERM or ESRCH (the peer
 /// is out of reach, which outweighs a fault), else 0.
 int out_of_reach(std::initializer_list<std::pair<ssize_t, int>> parts) noexcept {
@@ -214,14 +245,13 @@ int out_of_reach(std::initializer_list<std::pair<ssize_t, int>> parts) noexcept 
 
 }  // namespace
 
-ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, iovec remote, bool split) noexcept {
+ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, iovec remote, bool split,
+                     std::uint64_t key, FarHand* far) noexcept {
   const std::size_t len = remote.iov_len;
   if (!split || len < kSplitBytes || n > kMaxLocal) return one_call(pid, write, local, n, remote);
   std::size_t local_len = 0;
   for (std::size_t i = 0; i < n; ++i) local_len += local[i].iov_len;
   if (local_len != len) return one_call(pid, write, local, n, remote);
-  Helper* h = Helper::get();
-  if (h == nullptr || !h->claim()) return one_call(pid, write, local, n, remote);
 
   // Three parts: [0, cut) by this thread and [cut, tail) by the helper at
   // once, then [tail, len) by this thread once both are done, so the last
@@ -234,20 +264,21 @@ ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, i
   std::size_t cut = ((base + tail / 2) & ~std::uintptr_t{4095}) - base;
   if (cut == 0 || cut >= tail) cut = tail / 2;
 
-  Job& job = h->job();
+  Job job;
   job.pid = pid;
   job.write = write;
   job.n = slice(local, n, cut, tail, job.local);
   job.remote[0] = iovec{reinterpret_cast<void*>(base + cut), tail - cut};
   job.nr = 1;
-  h->post();
+  Helper* h = nullptr;
+  if (!hand_over(job, &key, far, &h)) return one_call(pid, write, local, n, remote);
 
   iovec mine[kMaxLocal + 1];
   errno = 0;
   const ssize_t moved1 = one_call(pid, write, mine, slice(local, n, 0, cut, mine), iovec{remote.iov_base, cut});
   const int err1 = errno;
   int err2 = 0;
-  const ssize_t moved2 = second_part(*h, err2);
+  const ssize_t moved2 = h != nullptr ? second_part(*h, err2) : far_part(*far, job, err2);
 
   ssize_t moved3 = -1;
   int err3 = 0;
@@ -319,8 +350,8 @@ std::size_t whole(const Cut* w, std::size_t nr, std::uintptr_t lo, std::uintptr_
 
 }  // namespace
 
-ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec* remote, std::size_t nr,
-                     bool split) noexcept {
+ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec* remote, std::size_t nr, bool split,
+                     const std::uint64_t* keys, FarHand* far) noexcept {
   std::size_t total = 0;
   for (std::size_t k = 0; k < nr; ++k) total += remote[k].iov_len;
   if (!split || nr < 2 || nr > kMaxRanges || nl > kMaxRangeSegments || total < kSplitBytes)
@@ -359,18 +390,16 @@ ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec*
   if (below(w, nr, cut) == 0 || below(w, nr, cut) == bodies) cut = a;
   if (below(w, nr, cut) == 0 || below(w, nr, cut) == bodies) return one_call(pid, true, local, nl, remote, nr);
 
-  Helper* h = Helper::get();
-  if (h == nullptr || !h->claim()) return one_call(pid, true, local, nl, remote, nr);
-
   // Every write's body cut at `cut`: the part below for this thread, the
   // part above for the helper, each list in posting order (so every byte is
   // moved by one thread only, the writes to it in posting order); then the
   // last bytes of every write, in posting order.
-  Job& job = h->job();
+  Job job;
   job.pid = pid;
   job.write = true;
   job.n = 0;
   job.nr = 0;
+  std::uint64_t job_keys[kMaxRanges] = {};
   iovec first_local[kListSegments], first_remote[kMaxRanges];
   std::size_t fn = 0, fr = 0, first = 0, second = 0;
   for (std::size_t k = 0; k < nr; ++k) {
@@ -382,17 +411,19 @@ ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec*
     }
     if (const std::uintptr_t s0 = std::max(c.at, cut); s0 < c.body) {
       job.n += slice(local, nl, c.from + (s0 - c.at), c.from + (c.body - c.at), job.local + job.n);
+      if (keys != nullptr) job_keys[job.nr] = keys[k];
       job.remote[job.nr++] = iovec{reinterpret_cast<void*>(s0), c.body - s0};
       second += c.body - s0;
     }
   }
-  h->post();
+  Helper* h = nullptr;
+  if (!hand_over(job, keys != nullptr ? job_keys : nullptr, far, &h)) return one_call(pid, true, local, nl, remote, nr);
 
   errno = 0;
   const ssize_t moved1 = one_call(pid, true, first_local, fn, first_remote, fr);
   const int err1 = errno;
   int err2 = 0;
-  const ssize_t moved2 = second_part(*h, err2);
+  const ssize_t moved2 = h != nullptr ? second_part(*h, err2) : far_part(*far, job, err2);
 
   // The writes whose bodies are whole (all of them, unless a list came up
   // short): their last bytes, in posting order.
@@ -433,10 +464,17 @@ ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec*
 
 std::uint64_t copies_helped() noexcept { return helped.load(std::memory_order_relaxed); }
 std::uint64_t copies_taken_back() noexcept { return taken_back.load(std::memory_order_relaxed); }
+std::uint64_t copies_moved_by_peer() noexcept { return moved_by_peer.load(std::memory_order_relaxed); }
 
 bool copy_helper_allowed_by_environment() noexcept {
   static std::atomic<bool> said{false};
   return switch_from_environment("REMORA_COPY_HELPER", "large same-host transfers stay split over two threads", said);
+}
+
+bool peer_helper_allowed_by_environment() noexcept {
+  static std::atomic<bool> said{false};
+  return switch_from_environment("REMORA_PEER_HELPER",
+                                 "the same-host peer stays offered the second part of large transfers", said);
 }
 
 bool gather_allowed_by_environment() noexcept {

@@ -33,11 +33,40 @@ constexpr std::size_t kLastBytes = 64;
 constexpr std::size_t kMaxRanges = 16;
 /// At most this many local segments in one write_ranges call.
 constexpr std::size_t kMaxRangeSegments = kMaxRanges * 8;
+/// At most this many local segments in one part of a split: each write's
+/// piece takes the local segments its bytes lie in, and a segment that
+/// straddles two pieces is counted in both.
+constexpr std::size_t kListSegments = kMaxRangeSegments + kMaxRanges;
+
+/// The peer process as the second hand of a split transfer (docs/design.md,
+/// "The peer moves half"): the second part offered to it, which it moves by
+/// the opposite call towards this process (for a write, process_vm_readv
+/// from this process into its own memory). Two processes pin pages under two
+/// page tables' locks, where two threads of one process contend for the
+/// peer's. Implemented by the endpoint over the connection's message ring.
+class FarHand {
+ public:
+  virtual ~FarHand() = default;
+  /// Offer the part: the peer's ranges (each in the region of its key,
+  /// which the peer checks again) and this process's segments, as the call
+  /// of this process would move them. False when it cannot be offered now
+  /// (this process's helper thread takes it instead).
+  virtual bool offer(bool write, const std::uint64_t* keys, const iovec* remote, std::size_t nr, const iovec* local,
+                     std::size_t n) noexcept = 0;
+  /// Called once this thread's part is done: takes the part back when the
+  /// peer has not started it, else waits until the peer is done. The bytes
+  /// the peer moved, or -1 when the part is the caller's to move (taken
+  /// back, refused, failed, or the peer is gone).
+  virtual ssize_t finish() noexcept = 0;
+};
 
 /// False when REMORA_COPY_HELPER turns the helper off ("0", "off", "no",
 /// "false"); true when it is unset or turns it on. Any other value is
 /// reported on stderr once and ignored.
 bool copy_helper_allowed_by_environment() noexcept;
+/// The same for REMORA_PEER_HELPER: the same-host peer is offered the second
+/// part of a split transfer (FarHand) and moves its peers' parts.
+bool peer_helper_allowed_by_environment() noexcept;
 /// The same for REMORA_GATHER_WRITES: writes posted back to back while a
 /// user polls are placed by one call (EndpointImpl::gatherable).
 bool gather_allowed_by_environment() noexcept;
@@ -50,7 +79,11 @@ bool gather_allowed_by_environment() noexcept;
 /// when both halves were moved, -1 with the first failed half's errno when
 /// a half failed (EPERM or ESRCH first, as they mean the peer is out of
 /// reach), else fewer bytes than asked (a short half).
-ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, iovec remote, bool split) noexcept;
+/// With `far` (and `key`, the region of `remote`): the second part is offered
+/// to the peer first, and moved here whenever the peer does not move all of
+/// it.
+ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, iovec remote, bool split,
+                     std::uint64_t key = 0, FarHand* far = nullptr) noexcept;
 
 /// process_vm_writev from `local` (`nl` segments) into the ranges `remote`
 /// (`nr`, at most kMaxRanges), which take the local bytes in order: the
@@ -70,13 +103,18 @@ ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, i
 /// that covers only writes placed in full (every range wholly inside the
 /// first that many bytes is: the writes before the first one a list came up
 /// short in, whose last bytes all landed), with errno EFAULT.
-ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec* remote, std::size_t nr,
-                     bool split) noexcept;
+/// `keys` (one per range) and `far`: as for cross_memory.
+ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec* remote, std::size_t nr, bool split,
+                     const std::uint64_t* keys = nullptr, FarHand* far = nullptr) noexcept;
 
 /// Transfers whose second part the helper moved, in this process (tests,
 /// remora-info).
 std::uint64_t copies_helped() noexcept;
-/// Split transfers whose second part the caller took back (tests).
+/// Split transfers whose second part the caller took back (tests): from
+/// the helper, or from the peer (FarHand) when it did not move all of it.
 std::uint64_t copies_taken_back() noexcept;
+/// Split transfers whose second part the peer process moved (tests,
+/// remora-info).
+std::uint64_t copies_moved_by_peer() noexcept;
 
 }  // namespace remora::detail::direct

@@ -510,8 +510,46 @@ std::optional<Peer::Outcome> Peer::refusal(const Found& f, std::uint64_t raddr, 
   return std::nullopt;
 }
 
+ssize_t Table::move_for_peer(pid_t pid, bool write, const std::uint64_t* keys, const iovec* ranges, std::size_t nr,
+                             const iovec* segs, std::size_t n) noexcept {
+  std::size_t total = 0, seg_total = 0;
+  for (std::size_t k = 0; k < nr; ++k) total += ranges[k].iov_len;
+  for (std::size_t i = 0; i < n; ++i) seg_total += segs[i].iov_len;
+  if (nr == 0 || nr > kMaxRanges || n > kListSegments || total != seg_total) {
+    errno = EINVAL;
+    return -1;
+  }
+  const std::uint64_t need = write ? kWrite : kRead;
+  Found entered[kMaxRanges];
+  std::size_t in = 0;
+  for (; in < nr; ++in) {
+    const auto addr = reinterpret_cast<std::uint64_t>(ranges[in].iov_base);
+    bool ok = false;
+    for (int attempt = 0; attempt < 16 && !ok; ++attempt) {
+      const Found f = find_entry(entries(), keys[in]);
+      if (f.torn) continue;
+      if (f.entry == nullptr || (f.access & need) == 0 || !inside(f, addr, ranges[in].iov_len)) break;
+      if (enter(f)) {
+        entered[in] = f;
+        ok = true;
+      }
+    }
+    if (!ok) break;
+  }
+  ssize_t moved = -1;
+  int err = EACCES;
+  if (in == nr) {
+    errno = 0;
+    moved = write ? ::process_vm_readv(pid, ranges, nr, segs, n, 0) : ::process_vm_writev(pid, ranges, nr, segs, n, 0);
+    err = errno;
+  }
+  for (std::size_t k = 0; k < in; ++k) leave(entered[k]);
+  errno = err;
+  return moved;
+}
+
 Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, std::uint64_t total, std::uint64_t raddr,
-                             std::uint64_t key, bool split, bool* mapped) {
+                             std::uint64_t key, bool split, bool* mapped, FarHand* far) {
   const std::uint64_t need = write ? kWrite : kRead;
   for (int attempt = 0; attempt < 16; ++attempt) {
     const Found f = lookup(key);
@@ -534,7 +572,7 @@ Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, st
       iovec riov{reinterpret_cast<void*>(raddr), total};
       if (!enter(f)) continue;
       errno = 0;
-      const ssize_t moved = cross_memory(pid_, write, liov, n, riov, split);
+      const ssize_t moved = cross_memory(pid_, write, liov, n, riov, split, key, far);
       const int err = errno;
       leave(f);
       if (moved == static_cast<ssize_t>(total)) return Outcome::done;
@@ -560,7 +598,7 @@ Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, st
 
 static_assert(Peer::kMaxBatch == kMaxRanges && Peer::kMaxBatch * kMaxLocal == kMaxRangeSegments);
 
-std::size_t Peer::write_many(std::span<Write> batch, bool split) {
+std::size_t Peer::write_many(std::span<Write> batch, bool split, FarHand* far) {
   std::size_t placed = 0;
   while (placed < batch.size()) {
     // A run of writes into memory not shareable here, from `placed` on: each
@@ -568,6 +606,7 @@ std::size_t Peer::write_many(std::span<Write> batch, bool split) {
     Found entered[kMaxBatch];
     iovec liov[kMaxBatch * kMaxLocal];
     iovec riov[kMaxBatch];
+    std::uint64_t keys[kMaxBatch];
     std::size_t run = 0, nl = 0;
     bool stop = false;  // batch[placed + run] is decided (not placed): end after the run
     for (std::size_t i = placed; i < batch.size() && run < kMaxBatch; ++i) {
@@ -605,6 +644,7 @@ std::size_t Peer::write_many(std::span<Write> batch, bool split) {
       for (const backend::Iov& v : w.local)
         if (v.len != 0) liov[nl++] = iovec{v.addr, v.len};
       riov[run] = iovec{reinterpret_cast<void*>(w.raddr), w.total};
+      keys[run] = w.key;
       entered[run++] = f;
     }
     if (run > 0) {
@@ -618,7 +658,7 @@ std::size_t Peer::write_many(std::span<Write> batch, bool split) {
         // for the writes' bytes on its side of one address, with each
         // write's last bytes placed in order after them (copier.hpp,
         // write_ranges).
-        moved = write_ranges(pid_, liov, nl, riov, run, split);
+        moved = write_ranges(pid_, liov, nl, riov, run, split, keys, far);
         err = errno;
       }
       for (std::size_t k = 0; k < run; ++k) leave(entered[k]);

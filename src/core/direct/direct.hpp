@@ -10,6 +10,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include <atomic>
 #include <cstddef>
@@ -26,6 +27,8 @@
 #include "remora/memory_region.hpp"
 
 namespace remora::detail::direct {
+
+class FarHand;
 
 /// One region of the table. 64 bytes, every field a lock-free atomic, so the
 /// layout is the same in both processes and no access tears. `seq` is a
@@ -186,6 +189,17 @@ class Table {
   /// check fails (a peer that honours the protocol checked first: the region
   /// was deregistered since, or the peer broke the rules).
   bool place(std::uint64_t key, std::uint64_t addr, std::span<const std::uint8_t> bytes) noexcept;
+  /// Move the second part of a same-host peer's split transfer (FarHand,
+  /// copier.hpp) for it: every range of this process checked against the
+  /// table (the entry of its key live, the range inside it, remote write
+  /// granted for a write, remote read for a read) and entered, as a peer's
+  /// transfer is, then one process_vm_readv from process `pid` into the
+  /// ranges (a write) or one process_vm_writev from them to it (a read),
+  /// its segments `segs`. The bytes moved, or -1 with errno set: EACCES,
+  /// nothing moved, when a check fails; EINVAL for more than kMaxRanges
+  /// ranges or lengths that differ; else the call's.
+  ssize_t move_for_peer(pid_t pid, bool write, const std::uint64_t* keys, const iovec* ranges, std::size_t nr,
+                        const iovec* segs, std::size_t n) noexcept;
   /// Publish the zone agent's doorbell (an eventfd of this process, which
   /// stays open as long as the table) in the header.
   void set_doorbell(int fd) noexcept;
@@ -226,9 +240,10 @@ class Peer {
   /// or read) and transfer between `local` and it: a memcpy through this
   /// process's own mapping of the region when the entry is shareable (and
   /// `*mapped` set), else process_vm_writev/readv (a large one split over
-  /// two threads when `split`: copier.hpp).
+  /// two threads when `split`, or with the peer process moving the second
+  /// part when `far` takes it: copier.hpp).
   Outcome transfer(bool write, std::span<const backend::Iov> local, std::uint64_t total, std::uint64_t raddr,
-                   std::uint64_t key, bool split, bool* mapped = nullptr);
+                   std::uint64_t key, bool split, bool* mapped = nullptr, FarHand* far = nullptr);
   /// One write of a batch (write_many): what to place, and its outcome.
   struct Write {
     std::span<const backend::Iov> local;
@@ -253,7 +268,7 @@ class Peer {
   /// When `split`, a call's writes may be placed by two threads at once
   /// (write_ranges): the last bytes of each still land after every byte of
   /// the writes before it.
-  std::size_t write_many(std::span<Write> batch, bool split);
+  std::size_t write_many(std::span<Write> batch, bool split, FarHand* far = nullptr);
   /// The 8-byte atomic write as an atomic store through the mapping of a
   /// shareable entry, after the target's checks. `done`, or `tcp` for
   /// anything else (not shareable, not mappable, a failed check: the
@@ -278,6 +293,13 @@ class Peer {
   /// shareable, the write-back failed: the owner runs its own and reports
   /// its error), `refused` when a check fails.
   Outcome flush(std::uint64_t key, std::uint64_t raddr, std::uint64_t len, bool persistent);
+
+  /// The peer's pid (its process is the one the table came from while
+  /// alive() says so).
+  pid_t pid() const noexcept { return pid_; }
+  /// The peer process has not exited (a look at its pidfd at most once per
+  /// tick of the coarse clock).
+  bool alive() noexcept { return peer_alive(); }
 
   /// Drop every cached mapping whose entry changed since it was made (the
   /// peer deregistered the region): unmapped now unless a transfer is still

@@ -274,9 +274,9 @@ Outbox::~Outbox() {
   release_fds(charged_, charged_);
 }
 
-bool Outbox::put(std::span<const backend::Iov> iov, std::size_t total, std::uint64_t data) noexcept {
+std::uint8_t* Outbox::put(std::span<const backend::Iov> iov, std::size_t total, std::uint64_t data) noexcept {
   RingHeader* h = header();
-  if (total > geo_.slot_size || tail_ - h->head.load(std::memory_order_acquire) >= geo_.slots) return false;
+  if (total > geo_.slot_size || tail_ - h->head.load(std::memory_order_acquire) >= geo_.slots) return nullptr;
   RingSlot* slot = geo_.slot(map_, tail_);
   auto* out = reinterpret_cast<std::uint8_t*>(slot + 1);
   std::size_t at = 0;
@@ -292,7 +292,7 @@ bool Outbox::put(std::span<const backend::Iov> iov, std::size_t total, std::uint
   h->tail.store(tail_, std::memory_order_seq_cst);
   // The owner took everything before this message: it may be asleep.
   if (h->head.load(std::memory_order_seq_cst) == was) ring();
-  return true;
+  return out;
 }
 
 bool Outbox::full() const noexcept { return tail_ - header()->head.load(std::memory_order_acquire) >= geo_.slots; }

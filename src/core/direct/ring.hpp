@@ -174,8 +174,10 @@ class Outbox {
   std::size_t slot_size() const noexcept { return geo_.slot_size; }
   /// Place one message (the gather list, `total` bytes, at most
   /// slot_size()) and publish it; rings the owner's bell when the ring was
-  /// empty (the owner may be asleep). False when every slot is taken.
-  bool put(std::span<const backend::Iov> iov, std::size_t total, std::uint64_t data) noexcept;
+  /// empty (the owner may be asleep). Null when every slot is taken, else
+  /// the message's first byte in the ring (the slot stays the message's
+  /// until the owner has taken it).
+  std::uint8_t* put(std::span<const backend::Iov> iov, std::size_t total, std::uint64_t data) noexcept;
   /// Every slot is taken (put would return false).
   bool full() const noexcept;
   /// Slots not taken now (at least this many puts would succeed).

@@ -362,8 +362,13 @@ bool EndpointImpl::try_direct(OpSlot& s, bool deferred_front) {
     return true;
   }
   bool mapped = false;
-  switch (
-      direct_peer->transfer(write, {s.iov, s.iov_count}, s.done.length, s.raddr, s.rkey, zone->direct_split, &mapped)) {
+  std::optional<PullHand> hand;
+  if (pulls_now()) hand.emplace(*outbox, *direct_peer, pulls_offered);
+  const direct::Peer::Outcome outcome =
+      direct_peer->transfer(write, {s.iov, s.iov_count}, s.done.length, s.raddr, s.rkey, zone->direct_split, &mapped,
+                            hand ? &*hand : nullptr);
+  if (hand && hand->unreachable()) outbox_takes_pulls = false;
+  switch (outcome) {
     case direct::Peer::Outcome::done:
       if (write && s.with_data) {
         // With immediate data: the data is placed; its note follows on the
@@ -484,7 +489,13 @@ void EndpointImpl::flush_gathered() {
   gathered.clear();
   gathered_bytes = 0;
   gathered_writes = 0;
-  const std::size_t placed = direct_peer ? direct_peer->write_many({writes, n}, zone->direct_split) : 0;
+  std::size_t placed = 0;
+  if (direct_peer) {
+    std::optional<PullHand> hand;
+    if (pulls_now()) hand.emplace(*outbox, *direct_peer, pulls_offered);
+    placed = direct_peer->write_many({writes, n}, zone->direct_split, hand ? &*hand : nullptr);
+    if (hand && hand->unreachable()) outbox_takes_pulls = false;
+  }
   // Every slot up to the first write not placed completes: the writes, and
   // the flushes, whose writes before them are all placed.
   std::size_t k = 0;

@@ -1,8 +1,14 @@
 // Same-host message rings at the endpoint (docs/design.md, "Same-host
 // message rings"): the offer of this side's inbox, the mapping of the
 // peer's, sends and writes placed in it, and the messages, writes and
-// acknowledgements taken from them. Runs with the endpoint's `mu` held.
+// acknowledgements taken from them; parts of split transfers offered to
+// the peer and moved for it. Runs with the endpoint's `mu` held.
+#include <time.h>
+
+#include <atomic>
+#include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "core/impl.hpp"
 
@@ -28,6 +34,7 @@ void EndpointImpl::offer_inbox() {
   wire::Ctl offer = wire::make_ctl(wire::op_ring_offer, fds, inbox->nonce(), slots);
   offer.value = slot_size;
   if (zone->ring_writes) offer.flush_type = wire::kRingTakesWrites;  // take_ring copies them
+  if (zone->direct_pull) offer.flush_type |= wire::kRingTakesPulls;  // take_pull moves them
   offer.token = ~std::uint64_t{0};  // names no slot (handle_reply takes the answer by its op)
   if (conn->inject(&offer, sizeof offer, wire::data(wire::ctl_request)) != 0) {
     inbox.reset();  // not offered: nobody will write to it
@@ -60,6 +67,7 @@ void EndpointImpl::accept_ring_offer(const wire::Ctl& offer) {
     if (outbox) {
       rep.status = 0;
       outbox_takes_writes = zone->ring_writes && (offer.flush_type & wire::kRingTakesWrites) != 0;
+      outbox_takes_pulls = zone->direct_pull && (offer.flush_type & wire::kRingTakesPulls) != 0;
     }
   }
   pending_replies.push_back(rep);
@@ -159,6 +167,16 @@ int EndpointImpl::take_ring() {
       // Only user messages and writes travel on the ring; anything else
       // breaks the protocol.
       const wire::Kind kind = wire::kind_of(data);
+      if (next == direct::Inbox::Next::message && kind == wire::ring_pull) {
+        // Part of a split transfer the peer offered: not a message of the
+        // connection (nothing handled, nothing acknowledged).
+        if (!zone->direct_pull || !take_pull(bytes)) {
+          protocol_violation();
+          return 0;
+        }
+        inbox->pop();
+        continue;
+      }
       if (next == direct::Inbox::Next::message && kind == wire::ring_write) {
         // A write the peer checked against this zone's table: checked again
         // (the region may have been deregistered since) and copied. A
@@ -202,6 +220,116 @@ int EndpointImpl::take_ring() {
   }
   take_ring_acks();
   return taken;
+}
+
+namespace {
+
+std::atomic_ref<std::uint64_t> pull_state(wire::RingPull& p) noexcept {
+  return std::atomic_ref<std::uint64_t>(p.state);
+}
+
+void relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace
+
+bool PullHand::offer(bool write, const std::uint64_t* keys, const iovec* remote, std::size_t nr, const iovec* local,
+                     std::size_t n) noexcept {
+  // Only while at least half the ring is free: a part the peer has not
+  // taken yet (asleep, busy) keeps its slot until the peer looks, and sends
+  // must still find room.
+  if (pull_ != nullptr || nr == 0 || 2 * out_.free_slots() <= out_.slots()) return false;
+  const std::size_t bytes = sizeof(wire::RingPull) + nr * sizeof(wire::PullRange) + n * sizeof(wire::PullSegment);
+  if (bytes > out_.slot_size() || nr > direct::kMaxRanges || n > direct::kListSegments) return false;
+  wire::RingPull head{
+      wire::kPullPosted, 0, 0, write ? 1u : 0u, static_cast<std::uint32_t>(nr), static_cast<std::uint32_t>(n)};
+  wire::PullRange ranges[direct::kMaxRanges];
+  wire::PullSegment segs[direct::kListSegments];
+  for (std::size_t k = 0; k < nr; ++k)
+    ranges[k] = wire::PullRange{keys[k], reinterpret_cast<std::uint64_t>(remote[k].iov_base), remote[k].iov_len};
+  for (std::size_t i = 0; i < n; ++i)
+    segs[i] = wire::PullSegment{reinterpret_cast<std::uint64_t>(local[i].iov_base), local[i].iov_len};
+  const backend::Iov iov[3] = {
+      {&head, sizeof head}, {ranges, nr * sizeof(wire::PullRange)}, {segs, n * sizeof(wire::PullSegment)}};
+  std::uint8_t* at = out_.put(iov, bytes, wire::data(wire::ring_pull));
+  if (at == nullptr) return false;
+  pull_ = reinterpret_cast<wire::RingPull*>(at);
+  offered_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+ssize_t PullHand::finish() noexcept {
+  if (pull_ == nullptr) return -1;
+  wire::RingPull& p = *pull_;
+  pull_ = nullptr;
+  std::uint64_t expected = wire::kPullPosted;
+  if (pull_state(p).compare_exchange_strong(expected, wire::kPullTakenBack, std::memory_order_acq_rel)) {
+    taken_back_ = true;
+    return -1;
+  }
+  // The peer is moving it: wait for it (bounded by its copy), looking now
+  // and then whether it still lives, and sleeping between looks once the
+  // wait is long (a peer stopped by a signal).
+  for (std::uint64_t spins = 1; pull_state(p).load(std::memory_order_acquire) != wire::kPullDone; ++spins) {
+    relax();
+    if (spins % 1024 != 0) continue;
+    if (!peer_.alive()) return -1;
+    if (spins < (1u << 20)) {
+      std::this_thread::yield();
+    } else {
+      const timespec pause{0, 50000};
+      ::nanosleep(&pause, nullptr);
+    }
+  }
+  const std::int64_t moved = p.moved;
+  if (moved < 0 && (p.err == EPERM || p.err == ESRCH)) unreachable_ = true;
+  return static_cast<ssize_t>(moved);
+}
+
+bool EndpointImpl::take_pull(std::span<const std::uint8_t> bytes) {
+  wire::RingPull head{};
+  if (bytes.size() < sizeof head) return false;
+  std::memcpy(&head, bytes.data(), sizeof head);
+  if (head.ranges == 0 || head.ranges > direct::kMaxRanges || head.segments > direct::kListSegments ||
+      bytes.size() < sizeof head + head.ranges * sizeof(wire::PullRange) + head.segments * sizeof(wire::PullSegment))
+    return false;
+  // The message lies in this side's inbox, which both processes map and
+  // write: the state is swapped there.
+  auto& p = *reinterpret_cast<wire::RingPull*>(const_cast<std::uint8_t*>(bytes.data()));
+  std::uint64_t expected = wire::kPullPosted;
+  if (!pull_state(p).compare_exchange_strong(expected, wire::kPullRunning, std::memory_order_acq_rel))
+    return true;  // taken back: the peer moved it
+  std::uint64_t keys[direct::kMaxRanges];
+  iovec ranges[direct::kMaxRanges], segs[direct::kListSegments];
+  const std::uint8_t* at = bytes.data() + sizeof head;
+  for (std::size_t k = 0; k < head.ranges; ++k, at += sizeof(wire::PullRange)) {
+    wire::PullRange r{};
+    std::memcpy(&r, at, sizeof r);
+    keys[k] = r.key;
+    ranges[k] = iovec{reinterpret_cast<void*>(r.addr), static_cast<std::size_t>(r.len)};
+  }
+  for (std::size_t i = 0; i < head.segments; ++i, at += sizeof(wire::PullSegment)) {
+    wire::PullSegment g{};
+    std::memcpy(&g, at, sizeof g);
+    segs[i] = iovec{reinterpret_cast<void*>(g.addr), static_cast<std::size_t>(g.len)};
+  }
+  ssize_t moved = -1;
+  int err = ESRCH;
+  if (zone->direct && direct_peer && direct_peer->alive()) {
+    moved = zone->direct->move_for_peer(direct_peer->pid(), head.write != 0, keys, ranges, head.ranges, segs,
+                                        head.segments);
+    err = moved < 0 ? errno : 0;
+  }
+  if (moved >= 0) pulls_moved_for_peer.fetch_add(1, std::memory_order_relaxed);
+  p.moved = moved;
+  p.err = static_cast<std::uint32_t>(err);
+  pull_state(p).store(wire::kPullDone, std::memory_order_release);
+  return true;
 }
 
 bool EndpointImpl::ring_idle() {

@@ -65,6 +65,7 @@ Result<ProtectionZone> Fabric::create_zone(const ZoneOptions& options) {
     zone->direct_gather = detail::direct::gather_allowed_by_environment();
     zone->direct_huge = detail::direct::huge_pages_allowed_by_environment();
     zone->ring_writes = detail::direct::ring_writes_allowed_by_environment();
+    zone->direct_pull = detail::direct::peer_helper_allowed_by_environment();
   }
   zone->agent = std::make_shared<detail::Agent>(zone.get(), zone->busy_poll);
   // Entries a connection's poll read from a shared transport queue for

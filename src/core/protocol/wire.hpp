@@ -44,6 +44,12 @@ std::optional<ParsedHello> parse_hello(std::span<const std::uint8_t> bytes);
 // kRingTakesWrites; the message is a RingWrite and the bytes to place. It
 // counts as handled (the acknowledgement completes the write) but consumes
 // no receive.
+//
+// ring_pull: only in a same-host message ring whose owner offered it with
+// kRingTakesPulls; the message is a RingPull followed by its ranges and
+// segments, the second part of a split transfer the sender offers the owner
+// to move (docs/design.md, "The peer moves half"). It is neither handled nor
+// acknowledged: the sender waits on the RingPull's `state` in the ring.
 enum Kind : std::uint8_t {
   user_msg = 1,
   user_msg_imm = 2,
@@ -51,13 +57,38 @@ enum Kind : std::uint8_t {
   ctl_reply = 4,
   write_imm = 5,
   msg_ack = 6,
-  ring_write = 7
+  ring_write = 7,
+  ring_pull = 8
 };
 struct RingWrite {
   std::uint64_t key;
   std::uint64_t addr;
 };
 static_assert(sizeof(RingWrite) == 16);
+/// A ring_pull message's head, in the ring slot both processes map. `state`
+/// (accessed atomically by both) is kPullPosted when sent; the owner swaps it
+/// to kPullRunning before it moves anything and stores kPullDone after
+/// `moved` and `err`; the sender swaps kPullPosted to kPullTakenBack when it
+/// moves the part itself. Then `ranges` PullRange (the owner's memory) and
+/// `segments` PullSegment (the sender's), as one process_vm_* call of the
+/// owner takes them. `write`: 1 when the owner reads the sender's segments
+/// into its ranges, 0 when it writes its ranges to them.
+struct RingPull {
+  std::uint64_t state;
+  std::int64_t moved;
+  std::uint32_t err;
+  std::uint32_t write;
+  std::uint32_t ranges;
+  std::uint32_t segments;
+};
+static_assert(sizeof(RingPull) == 32);
+struct PullRange {
+  std::uint64_t key, addr, len;
+};
+struct PullSegment {
+  std::uint64_t addr, len;
+};
+constexpr std::uint64_t kPullPosted = 1, kPullRunning = 2, kPullDone = 3, kPullTakenBack = 4;
 inline std::uint64_t data(Kind k, std::uint32_t imm = 0) { return (std::uint64_t{k} << 56) | imm; }
 inline Kind kind_of(std::uint64_t d) { return static_cast<Kind>(d >> 56); }
 // A write with immediate also carries its length in bits 32..55 (the tcp
@@ -101,7 +132,7 @@ inline std::uint64_t ack_count(std::uint64_t d) { return d & kAckCountMask; }
 // then place its sends there and ring the bell), not_supported otherwise.
 // flush_type kRingTakesWrites: the offerer also takes ring_write messages
 // (0 from an older version, which ends the connection on any message but a
-// user's).
+// user's); kRingTakesPulls: it takes ring_pull messages.
 enum CtlOp : std::uint8_t {
   op_atomic_write = 1,
   op_flush = 2,
@@ -111,7 +142,7 @@ enum CtlOp : std::uint8_t {
   op_ring_offer = 6
 };
 constexpr std::uint8_t kRevokeRegions = 0, kRevokeConnection = 1;
-constexpr std::uint8_t kRingTakesWrites = 1;
+constexpr std::uint8_t kRingTakesWrites = 1, kRingTakesPulls = 2;
 struct Ctl {
   std::uint32_t magic;
   std::uint8_t op;

@@ -1,0 +1,397 @@
+// The peer moves half (docs/design.md, "The peer moves half"): the second
+// part of a large same-host transfer offered to the peer process, which
+// moves it with the opposite call (copier.hpp FarHand, EndpointImpl::
+// take_pull, Table::move_for_peer).
+//
+// - the copier with a second hand that moves, refuses, gives back or comes
+//   up short: every byte lands once the call returns, whoever moved it;
+// - the owner's checks (Table::move_for_peer): a forged key, a range outside
+//   its region, a missing privilege move nothing;
+// - over a connection between two zones of this process: large writes and
+//   reads half moved by the target, REMORA_PEER_HELPER=0 turning it off, and
+//   what a broken or hostile initiator could put in the ring (a forged key,
+//   a malformed message).
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "core/direct/copier.hpp"
+#include "core/impl.hpp"
+#include "unit_support.hpp"
+
+namespace {
+
+using namespace remora;
+using namespace unit;
+using detail::direct::copies_helped;
+using detail::direct::copies_moved_by_peer;
+using detail::direct::copies_taken_back;
+using detail::direct::cross_memory;
+using detail::direct::FarHand;
+using detail::direct::kSplitBytes;
+using detail::direct::write_ranges;
+
+constexpr std::size_t kMiB = 1 << 20;
+
+std::vector<std::uint8_t> bytes_of(std::size_t n, unsigned seed) {
+  std::vector<std::uint8_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>((i * 151 + seed * 13 + (i >> 12)) & 0xff);
+  return v;
+}
+
+/// A second hand that stands in for the peer process (this one: the
+/// transfers go to this process's own pid).
+class FakeFar : public FarHand {
+ public:
+  enum class Mode { move, refuse, give_back, short_by_half };
+  explicit FakeFar(Mode m) : mode(m) {}
+  bool offer(bool write, const std::uint64_t* keys, const iovec* remote, std::size_t nr, const iovec* local,
+             std::size_t n) noexcept override {
+    ++offers;
+    if (mode == Mode::refuse) return false;
+    w = write;
+    ranges.assign(remote, remote + nr);
+    segs.assign(local, local + n);
+    offered_keys.assign(keys, keys + nr);
+    return true;
+  }
+  ssize_t finish() noexcept override {
+    if (mode == Mode::give_back) return -1;
+    // The peer's call: it reads our segments into its ranges (a write) or
+    // writes its ranges to our segments (a read).
+    const pid_t self = ::getpid();
+    std::vector<iovec> r = ranges;
+    if (mode == Mode::short_by_half) {
+      r.resize(1);
+      r[0].iov_len /= 2;
+      std::size_t total = r[0].iov_len;
+      std::vector<iovec> s;
+      for (const iovec& g : segs) {
+        if (total == 0) break;
+        const std::size_t take = std::min(total, g.iov_len);
+        s.push_back(iovec{g.iov_base, take});
+        total -= take;
+      }
+      return w ? ::process_vm_readv(self, r.data(), r.size(), s.data(), s.size(), 0)
+               : ::process_vm_writev(self, r.data(), r.size(), s.data(), s.size(), 0);
+    }
+    return w ? ::process_vm_readv(self, r.data(), r.size(), segs.data(), segs.size(), 0)
+             : ::process_vm_writev(self, r.data(), r.size(), segs.data(), segs.size(), 0);
+  }
+  Mode mode;
+  int offers = 0;
+  bool w = false;
+  std::vector<iovec> ranges, segs;
+  std::vector<std::uint64_t> offered_keys;
+};
+
+TEST(PeerHelperCopier, EveryByteLandsWhoeverMovesTheSecondPart) {
+  const std::size_t len = kMiB + 300, off = 4096 + 77;
+  for (FakeFar::Mode mode :
+       {FakeFar::Mode::move, FakeFar::Mode::refuse, FakeFar::Mode::give_back, FakeFar::Mode::short_by_half}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    std::vector<std::uint8_t> dst(len + 2 * 4096 + 200, 0xA5);
+    auto src = bytes_of(len, static_cast<unsigned>(mode));
+    iovec local[2] = {{src.data(), len / 3}, {src.data() + len / 3, len - len / 3}};
+    FakeFar far(mode);
+    const std::uint64_t by_peer = copies_moved_by_peer(), local_splits = copies_helped() + copies_taken_back();
+    const ssize_t moved = cross_memory(::getpid(), true, local, 2, iovec{dst.data() + off, len}, true, 42, &far);
+    ASSERT_EQ(moved, static_cast<ssize_t>(len));
+    EXPECT_EQ(0, std::memcmp(dst.data() + off, src.data(), len));
+    EXPECT_EQ(dst[off - 1], 0xA5);
+    EXPECT_EQ(dst[off + len], 0xA5);
+    EXPECT_EQ(far.offers, 1);
+    if (mode == FakeFar::Mode::refuse) {
+      // Not offered: this process's helper took it (or gave it back).
+      EXPECT_EQ(copies_helped() + copies_taken_back(), local_splits + 1);
+      EXPECT_EQ(copies_moved_by_peer(), by_peer);
+      continue;
+    }
+    ASSERT_EQ(far.offered_keys.size(), 1u);
+    EXPECT_EQ(far.offered_keys[0], 42u);
+    EXPECT_TRUE(far.w);
+    // Counted as the peer's only when it moved the whole part; else taken
+    // back (moved by the caller), never handed to the local helper too.
+    const bool by_far = mode == FakeFar::Mode::move;
+    EXPECT_EQ(copies_moved_by_peer(), by_peer + (by_far ? 1 : 0));
+    EXPECT_EQ(copies_helped() + copies_taken_back(), local_splits + (by_far ? 0 : 1));
+  }
+}
+
+TEST(PeerHelperCopier, AReadsSecondPartMovedByThePeerLands) {
+  const std::size_t len = 600 * 1024;
+  auto far_mem = bytes_of(len, 9);
+  std::vector<std::uint8_t> dst(len, 0);
+  iovec local{dst.data(), len};
+  FakeFar far(FakeFar::Mode::move);
+  const std::uint64_t by_peer = copies_moved_by_peer();
+  ASSERT_EQ(cross_memory(::getpid(), false, &local, 1, iovec{far_mem.data(), len}, true, 7, &far),
+            static_cast<ssize_t>(len));
+  EXPECT_EQ(dst, far_mem);
+  EXPECT_FALSE(far.w);
+  EXPECT_EQ(copies_moved_by_peer(), by_peer + 1);
+}
+
+// The writes of a batch: each range's key goes with its part, and every
+// write's bytes land (the last bytes of each after the parts).
+TEST(PeerHelperCopier, ABatchsSecondPartCarriesEachWritesKey) {
+  constexpr std::size_t kEach = 96 * 1024, kWrites = 4;
+  std::vector<std::uint8_t> dst(kWrites * kEach + 4096, 0xA5);
+  auto src = bytes_of(kWrites * kEach, 3);
+  iovec local[kWrites], remote[kWrites];
+  std::uint64_t keys[kWrites];
+  for (std::size_t k = 0; k < kWrites; ++k) {
+    local[k] = iovec{src.data() + k * kEach, kEach};
+    remote[k] = iovec{dst.data() + 100 + k * kEach, kEach};
+    keys[k] = 1000 + k;
+  }
+  ASSERT_GE(kWrites * kEach, kSplitBytes);
+  FakeFar far(FakeFar::Mode::move);
+  ASSERT_EQ(write_ranges(::getpid(), local, kWrites, remote, kWrites, true, keys, &far),
+            static_cast<ssize_t>(kWrites * kEach));
+  EXPECT_EQ(0, std::memcmp(dst.data() + 100, src.data(), kWrites * kEach));
+  ASSERT_EQ(far.offers, 1);
+  ASSERT_EQ(far.ranges.size(), far.offered_keys.size());
+  for (std::size_t r = 0; r < far.ranges.size(); ++r) {
+    // The range lies in the write whose key it carries.
+    const auto at = static_cast<std::uint8_t*>(far.ranges[r].iov_base);
+    const std::size_t k = static_cast<std::size_t>(at - (dst.data() + 100)) / kEach;
+    EXPECT_EQ(far.offered_keys[r], keys[k]) << r;
+  }
+}
+
+// ---- the owner's checks ----
+
+class MoveForPeer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    table = detail::direct::Table::create(why);
+    ASSERT_TRUE(table) << why;
+    region.assign(64 * 1024, 0x11);
+    ro.assign(4096, 0x22);
+    ASSERT_GE(table->add(5, reinterpret_cast<std::uint64_t>(region.data()), region.size(), Access::all), 0);
+    ASSERT_GE(table->add(6, reinterpret_cast<std::uint64_t>(ro.data()), ro.size(), Access::remote_read), 0);
+    src = bytes_of(8192, 4);
+  }
+  ssize_t pull(std::uint64_t key, void* at, std::size_t len, bool write = true) {
+    iovec r{at, len}, s{src.data(), len};
+    errno = 0;
+    return table->move_for_peer(::getpid(), write, &key, &r, 1, &s, 1);
+  }
+  bool untouched() const {
+    return std::all_of(region.begin(), region.end(), [](std::uint8_t b) { return b == 0x11; }) &&
+           std::all_of(ro.begin(), ro.end(), [](std::uint8_t b) { return b == 0x22; });
+  }
+  std::unique_ptr<detail::direct::Table> table;
+  std::vector<std::uint8_t> region, ro, src;
+};
+
+TEST_F(MoveForPeer, ACheckedRangeIsMoved) {
+  ASSERT_EQ(pull(5, region.data() + 10, 8000), 8000);
+  EXPECT_EQ(0, std::memcmp(region.data() + 10, src.data(), 8000));
+  // A read: the region's bytes to the peer's segments.
+  ASSERT_EQ(pull(6, ro.data(), 4096, false), 4096);
+  EXPECT_TRUE(std::all_of(src.begin(), src.begin() + 4096, [](std::uint8_t b) { return b == 0x22; }));
+}
+
+TEST_F(MoveForPeer, AForgedKeyARangeOutsideAndAMissingPrivilegeMoveNothing) {
+  EXPECT_EQ(pull(99, region.data(), 4096), -1);
+  EXPECT_EQ(errno, EACCES);
+  EXPECT_EQ(pull(5, region.data() + region.size() - 100, 4096), -1) << "past the region's end";
+  EXPECT_EQ(errno, EACCES);
+  EXPECT_EQ(pull(5, region.data() - 4096, 4096), -1) << "before the region";
+  EXPECT_EQ(errno, EACCES);
+  EXPECT_EQ(pull(6, ro.data(), 4096), -1) << "a write into a region without remote write";
+  EXPECT_EQ(errno, EACCES);
+  // The key of one region, the range of another.
+  EXPECT_EQ(pull(5, ro.data(), 4096), -1);
+  EXPECT_EQ(errno, EACCES);
+  EXPECT_TRUE(untouched());
+}
+
+TEST_F(MoveForPeer, ALaterRangeThatFailsItsCheckStopsTheWholePart) {
+  std::uint64_t keys[2] = {5, 99};
+  iovec r[2] = {{region.data(), 4096}, {region.data() + 8192, 4096}}, s{src.data(), 8192};
+  EXPECT_EQ(table->move_for_peer(::getpid(), true, keys, r, 2, &s, 1), -1);
+  EXPECT_EQ(errno, EACCES);
+  EXPECT_TRUE(untouched()) << "the first range was moved though the second was refused";
+}
+
+TEST_F(MoveForPeer, LengthsThatDifferOrTooManyRangesAreRefused) {
+  std::uint64_t key = 5;
+  iovec r{region.data(), 4096}, s{src.data(), 4095};
+  EXPECT_EQ(table->move_for_peer(::getpid(), true, &key, &r, 1, &s, 1), -1);
+  EXPECT_EQ(errno, EINVAL);
+  std::vector<std::uint64_t> keys(detail::direct::kMaxRanges + 1, 5);
+  std::vector<iovec> rs(keys.size(), iovec{region.data(), 16});
+  iovec all{src.data(), 16 * keys.size()};
+  EXPECT_EQ(table->move_for_peer(::getpid(), true, keys.data(), rs.data(), rs.size(), &all, 1), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_TRUE(untouched());
+}
+
+// ---- over a connection ----
+
+std::uint64_t pulls_offered(const Endpoint& ep) { return ep.impl()->pulls_offered.load(); }
+std::uint64_t moved_for_peer(const Endpoint& ep) { return ep.impl()->pulls_moved_for_peer.load(); }
+
+bool takes_pulls(const Endpoint& ep) {
+  detail::MutexLock lock(ep.impl()->mu);
+  return ep.impl()->outbox && ep.impl()->inbox_taken && ep.impl()->outbox_takes_pulls;
+}
+
+/// A same-host pair with agents, 4 MiB on each side; the target zone sees
+/// REMORA_PEER_HELPER = `target_env` when it is made (null: unset).
+std::unique_ptr<Pair> pull_pair(const char* target_env = nullptr) {
+  ::setenv("REMORA_SAMEHOST", "1", 1);
+  if (target_env != nullptr) ::setenv("REMORA_PEER_HELPER", target_env, 1);
+  PairOptions o;
+  o.target_size = o.local_size = 4 * kMiB;
+  o.between_zones = [] { ::unsetenv("REMORA_PEER_HELPER"); };
+  auto p = std::make_unique<Pair>(o);
+  ::unsetenv("REMORA_SAMEHOST");
+  return p;
+}
+
+bool wait_for(const std::function<bool()>& cond, std::chrono::milliseconds timeout = kWait) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+// Large writes and reads between two zones: the target moves the second
+// part of some (its agent takes the offer when it looks in time; otherwise
+// the initiator takes it back), and every byte lands, nothing around it.
+TEST(PeerHelper, LargeWritesAndReadsAreHalfMovedByTheTargetAndLandExactly) {
+  auto p = pull_pair();
+  ASSERT_TRUE(wait_for([&] { return takes_pulls(p->iep); })) << "the target's ring never said it takes parts";
+  const std::size_t len = kMiB + 5, at = 4096 + 3;
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  int rounds = 0;
+  for (; moved_for_peer(p->tep) == 0 || rounds < 4; ++rounds) {
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "the target moved no part in 20 s (" << rounds << " writes)";
+    const auto src = bytes_of(len, static_cast<unsigned>(rounds));
+    std::memcpy(p->local_mem.data(), src.data(), len);
+    Segment w[2] = {Segment(p->lmr, 0, len / 2 + 1), Segment(p->lmr, len / 2 + 1, len - len / 2 - 1)};
+    ASSERT_OK(p->iep.write(w, p->rr, at, 1));
+    auto c = collect(p->icq, 1);
+    ASSERT_EQ(c.size(), 1u);
+    ASSERT_FALSE(c[0].status) << describe(c[0]);
+    ASSERT_EQ(0, std::memcmp(p->target_mem.data() + at, src.data(), len)) << "write " << rounds;
+    ASSERT_EQ(p->target_mem[at - 1], Pair::kTargetFill);
+    ASSERT_EQ(p->target_mem[at + len], Pair::kTargetFill);
+  }
+  EXPECT_GT(pulls_offered(p->iep), 0u);
+  // Reads: the target writes its part to the initiator's buffer.
+  const std::uint64_t before = moved_for_peer(p->tep);
+  for (int r = 0; moved_for_peer(p->tep) == before; ++r) {
+    ASSERT_LT(std::chrono::steady_clock::now(), until + 20s) << "the target moved no part of a read";
+    const auto want = bytes_of(len, 100 + static_cast<unsigned>(r));
+    std::memcpy(p->target_mem.data() + at, want.data(), len);
+    std::memset(p->local_mem.data(), 0, p->local_mem.size());
+    Segment s(p->lmr, 64, len);
+    ASSERT_OK(p->iep.read({&s, 1}, p->rr, at, 2));
+    auto c = collect(p->icq, 1);
+    ASSERT_EQ(c.size(), 1u);
+    ASSERT_FALSE(c[0].status) << describe(c[0]);
+    ASSERT_EQ(0, std::memcmp(p->local_mem.data() + 64, want.data(), len)) << "read " << r;
+    ASSERT_EQ(p->local_mem[63], 0);
+    ASSERT_EQ(p->local_mem[64 + len], 0);
+  }
+}
+
+// REMORA_PEER_HELPER=0 in the target's zone: its ring does not take parts,
+// and the initiator offers none (its own helper splits as before).
+TEST(PeerHelper, OffInTheTargetsZoneTheInitiatorOffersNothing) {
+  auto p = pull_pair("0");
+  ASSERT_TRUE(wait_for([&] {
+    detail::MutexLock lock(p->iep.impl()->mu);
+    return p->iep.impl()->outbox && p->iep.impl()->inbox_taken;
+  })) << "no rings";
+  EXPECT_FALSE(takes_pulls(p->iep));
+  const auto src = bytes_of(kMiB, 5);
+  std::memcpy(p->local_mem.data(), src.data(), kMiB);
+  Segment s(p->lmr, 0, kMiB);
+  ASSERT_OK(p->iep.write({&s, 1}, p->rr, 0, 1));
+  auto c = collect(p->icq, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_FALSE(c[0].status) << describe(c[0]);
+  EXPECT_EQ(0, std::memcmp(p->target_mem.data(), src.data(), kMiB));
+  EXPECT_EQ(pulls_offered(p->iep), 0u);
+  EXPECT_EQ(moved_for_peer(p->tep), 0u);
+}
+
+// What a broken or hostile initiator could put in the target's ring as a
+// part to move, offered through the initiator's own hand: the target
+// checks it against its table and moves nothing outside a grant; the
+// initiator's finish() then reports the part as its own to move.
+TEST(PeerHelper, APartUnderAForgedKeyOrOutsideItsRegionMovesNothing) {
+  auto p = pull_pair();
+  ASSERT_TRUE(wait_for([&] { return takes_pulls(p->iep); }));
+  std::vector<std::uint8_t> src(64 * 1024, 0x99);
+  const auto base = reinterpret_cast<std::uint64_t>(p->target_mem.data());
+  struct Case {
+    std::uint64_t key, addr;
+    const char* what;
+  } cases[] = {{p->rr.key() ^ 0x5a5a, base, "a forged key"},
+               {p->rr.key(), base + p->target_mem.size() - 100, "past the region's end"},
+               {p->rr.key(), base - 8192, "before the region"}};
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    const std::uint64_t refused_before = moved_for_peer(p->tep);
+    // Offered until the target's agent took one (rather than the hand
+    // taking it back because the agent had not looked yet).
+    bool answered = false;
+    for (int attempt = 0; attempt < 200 && !answered; ++attempt) {
+      detail::MutexLock lock(p->iep.impl()->mu);
+      detail::EndpointImpl& ep = *p->iep.impl();
+      ASSERT_TRUE(ep.outbox && ep.direct_peer);
+      std::atomic<std::uint64_t> offered{0};
+      detail::PullHand hand(*ep.outbox, *ep.direct_peer, offered);
+      iovec r{reinterpret_cast<void*>(k.addr), src.size()}, s{src.data(), src.size()};
+      ASSERT_TRUE(hand.offer(true, &k.key, &r, 1, &s, 1));
+      std::this_thread::sleep_for(20ms);
+      EXPECT_EQ(hand.finish(), -1);
+      answered = !hand.taken_back();
+    }
+    ASSERT_TRUE(answered) << "the target's agent never took the part";
+    EXPECT_TRUE(
+        std::all_of(p->target_mem.begin(), p->target_mem.end(), [](std::uint8_t b) { return b == Pair::kTargetFill; }));
+    EXPECT_EQ(moved_for_peer(p->tep), refused_before);
+    EXPECT_EQ(p->tep.state(), EndpointState::connected) << "a refused part is answered, not a broken protocol";
+  }
+}
+
+// A part whose message is shorter than it says, or names no range, breaks
+// the ring's rules: the target ends the connection with nothing written.
+TEST(PeerHelper, AMalformedPartEndsTheConnection) {
+  for (int shape = 0; shape < 2; ++shape) {
+    SCOPED_TRACE(shape);
+    auto p = pull_pair();
+    ASSERT_TRUE(wait_for([&] { return takes_pulls(p->iep); }));
+    detail::wire::RingPull head{detail::wire::kPullPosted, 0, 0, 1, shape == 0 ? 0u : 3u, 1};
+    {
+      detail::MutexLock lock(p->iep.impl()->mu);
+      remora::backend::Iov v{&head, sizeof head, nullptr};
+      ASSERT_TRUE(p->iep.impl()->outbox->put({&v, 1}, sizeof head, detail::wire::data(detail::wire::ring_pull)) !=
+                  nullptr);
+    }
+    ASSERT_TRUE(wait_for([&] { return p->tep.state() == EndpointState::error; })) << "the target kept the connection";
+    EXPECT_TRUE(
+        std::all_of(p->target_mem.begin(), p->target_mem.end(), [](std::uint8_t b) { return b == Pair::kTargetFill; }));
+  }
+}
+
+}  // namespace
