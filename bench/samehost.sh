@@ -14,7 +14,9 @@
 #      both sides: remora-direct; and into a target buffer the server's
 #      zone allocated, which the client maps: remora-mapped; and with
 #      writes of 16 KiB and more sent over the message ring,
-#      REMORA_RING_WRITES=1: remora-direct-ring): write
+#      REMORA_RING_WRITES=1: remora-direct-ring; and with the peer moving
+#      no part of split transfers, REMORA_PEER_HELPER=0:
+#      remora-direct-nopeer): write
 #      bandwidth (64 KiB, 1 MiB; qd 16),
 #      read bandwidth (64 KiB), 8-byte write latency (one at a time, both
 #      busy-polling), 8-byte write + VISIBILITY flush latency
@@ -239,19 +241,25 @@ for ((rep = 1; rep <= REPS; rep++)); do
         # 6: as 1 with writes of 16 KiB and more sent over the server's
         # message ring (REMORA_RING_WRITES=1), for the write rows of 64 KiB
         # and more.
+        # 7: as 1 with REMORA_PEER_HELPER=0 (the client's helper thread
+        # moves the second part of split transfers, the server none), for
+        # the write rows of 64 KiB and more.
         # Sends do not touch the server's buffer: no mapped variant.
-        for variant in 0 1 2 3 6; do
+        for variant in 0 1 2 3 6 7; do
             [[ $name == send* ]] && ((variant == 2)) && continue
             [[ $name != write && $name != read && $name != write_lat ]] && ((variant == 3)) && continue
-            [[ $name != write ]] || ((size < 65536)) && ((variant == 6)) && continue
+            [[ $name != write ]] || ((size < 65536)) && ((variant == 6 || variant == 7)) && continue
             direct=$((variant > 0 ? 1 : 0))
             helper=$((variant == 3 ? 0 : 1))
             ring=$((variant == 6 ? 1 : 0))
+            peer=$((variant == 7 ? 0 : 1))
             extra=""
             ((variant == 2)) && extra="--shared-target"
             echo "samehost.sh: rep $rep/$REPS remora-perf $name size $size REMORA_SAMEHOST=$direct" \
-                "REMORA_COPY_HELPER=$helper REMORA_GATHER_WRITES=$helper REMORA_RING_WRITES=$ring $extra" >&2
+                "REMORA_COPY_HELPER=$helper REMORA_GATHER_WRITES=$helper REMORA_RING_WRITES=$ring" \
+                "REMORA_PEER_HELPER=$peer $extra" >&2
             REMORA_SAMEHOST=$direct REMORA_COPY_HELPER=$helper REMORA_GATHER_WRITES=$helper REMORA_RING_WRITES=$ring \
+                REMORA_PEER_HELPER=$peer \
                 remora_run "remora$variant.$name.$size.$rep" "$op" "$size" "$iters" "$sflags $extra" "$cflags"
         done
     done
@@ -355,11 +363,12 @@ if os.path.exists(os.path.join(work, "ucx_user.skipped")):
 
 # 3. remora-perf
 remora = {}
-for path in glob.glob(os.path.join(work, "remora[0123456].*.json")):
+for path in glob.glob(os.path.join(work, "remora[01234567].*.json")):
     engine, name, size, rep = os.path.basename(path)[:-5].split(".")
     engine = {"remora0": "remora-tcp", "remora1": "remora-direct", "remora2": "remora-mapped",
               "remora3": "remora-direct-single", "remora4": "remora-direct@span",
-              "remora5": "remora-direct-4k@span", "remora6": "remora-direct-ring"}[engine]
+              "remora5": "remora-direct-4k@span", "remora6": "remora-direct-ring",
+              "remora7": "remora-direct-nopeer"}[engine]
     for line in open(path):
         if line.startswith("{"):
             o = json.loads(line)
@@ -428,8 +437,9 @@ notes = [
     "ordinary heap memory); the flush of a range just written completes at the initiator; sends are copied "
     "into the server's message ring (docs/design.md, \"Same-host message rings\")",
     "remora-direct: writes posted back to back while the client polls are placed by one process_vm_writev "
-    "call, and transfers of 256 KiB and more are split over the client's thread and a helper thread "
-    "(docs/design.md); remora-direct-ring: the same runs with REMORA_RING_WRITES=1 (writes of 16 KiB and more "
+    "call, and transfers of 256 KiB and more are split over the client's thread and the server, which moves "
+    "the second part from its side (docs/design.md, \"The peer moves half\"); remora-direct-nopeer: the same "
+    "runs with REMORA_PEER_HELPER=0 (the second part moved by a helper thread of the client); remora-direct-ring: the same runs with REMORA_RING_WRITES=1 (writes of 16 KiB and more "
     "copied into the server's message ring by the client and out of it by the server's agent: docs/design.md, "
     "\"Writes over the ring\"); remora-direct-single: the same runs with REMORA_COPY_HELPER=0 "
     "REMORA_GATHER_WRITES=0 (each write or read its own call, on the client's thread)",

@@ -333,7 +333,8 @@ int check(const std::string& provider) {
   const Switch helper = read_switch("REMORA_COPY_HELPER");
   const Switch huge = read_switch("REMORA_HUGEPAGES");
   const Switch ring_writes = read_switch("REMORA_RING_WRITES", false);
-  for (const Switch* s : {&samehost, &gather, &helper, &huge, &ring_writes})
+  const Switch peer_helper = read_switch("REMORA_PEER_HELPER");
+  for (const Switch* s : {&samehost, &gather, &helper, &huge, &ring_writes, &peer_helper})
     if (!s->known)
       out.push_back(
           {'w',
@@ -382,6 +383,13 @@ int check(const std::string& provider) {
                                     "it off)"
                                   : "moved by the posting thread alone (REMORA_COPY_HELPER=" + helper.value + ")"),
                    ""});
+    if (helper.on)
+      out.push_back({'o',
+                     std::string("the second part of such a transfer: ") +
+                         (peer_helper.on ? "offered to the peer process, which moves it from its side where its "
+                                           "ring takes it (REMORA_PEER_HELPER=0 turns it off)"
+                                         : "moved by this process (REMORA_PEER_HELPER=" + peer_helper.value + ")"),
+                     ""});
     out.push_back({'o',
                    std::string("same-host writes of 16 KiB and more into memory the peer does not share: ") +
                        (ring_writes.on ? "copied into the connection's message ring and out of it by the peer, where "

@@ -88,11 +88,15 @@ elif grep -q '^ok .*same-host writes posted back to back.*placed together by one
     grep -q '^ok .*same-host transfers of 256 KiB and more (one, or a batch of disjoint writes): split over' "$WORK/check.txt" &&
     grep -Eq '^(ok|warn) .*same-host regions of ordinary memory: (moved into|left in 4 KiB)' "$WORK/check.txt" &&
     grep -q '^ok .*same-host writes of 16 KiB and more .*: placed by cross-memory attach' "$WORK/check.txt" &&
-    REMORA_GATHER_WRITES=0 REMORA_COPY_HELPER=maybe REMORA_HUGEPAGES=0 REMORA_RING_WRITES=1 timeout 30 "$INFO" --check \
+    grep -q '^ok .*the second part of such a transfer: offered to the peer process' "$WORK/check.txt" &&
+    REMORA_GATHER_WRITES=0 REMORA_COPY_HELPER=maybe REMORA_HUGEPAGES=0 REMORA_RING_WRITES=1 REMORA_PEER_HELPER=0 \
+        timeout 30 "$INFO" --check \
         >"$WORK/check-switches.txt" 2>&1 &&
     grep -q '^ok .*each placed by its own call (REMORA_GATHER_WRITES=0)' "$WORK/check-switches.txt" &&
     grep -q '^ok .*copied into the connection.s message ring.*(REMORA_RING_WRITES=1)' "$WORK/check-switches.txt" &&
     grep -q '^ok .*left in the pages they have (REMORA_HUGEPAGES=0)' "$WORK/check-switches.txt" &&
+    grep -q '^ok .*the second part of such a transfer: moved by this process (REMORA_PEER_HELPER=0)' \
+        "$WORK/check-switches.txt" &&
     grep -q '^warn  REMORA_COPY_HELPER=maybe is not a value Remora knows' "$WORK/check-switches.txt" &&
     REMORA_SAMEHOST=0 timeout 30 "$INFO" --check >"$WORK/check-off.txt" 2>&1 &&
     grep -q '^ok .*same-host direct path: off (REMORA_SAMEHOST=0)' "$WORK/check-off.txt" &&

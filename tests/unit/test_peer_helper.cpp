@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -249,14 +250,22 @@ bool takes_pulls(const Endpoint& ep) {
   return ep.impl()->outbox && ep.impl()->inbox_taken && ep.impl()->outbox_takes_pulls;
 }
 
-/// A same-host pair with agents, 4 MiB on each side; the target zone sees
-/// REMORA_PEER_HELPER = `target_env` when it is made (null: unset).
-std::unique_ptr<Pair> pull_pair(const char* target_env = nullptr) {
+/// A same-host pair with agents; the target zone sees REMORA_PEER_HELPER =
+/// `target_env` and REMORA_HUGEPAGES = `huge_env` when it is made (null:
+/// unset). 1900 KiB on each side by default: no whole huge page in the
+/// target's region, so its owner moves none (kHugeMoves) and every large
+/// transfer into it may be offered.
+std::unique_ptr<Pair> pull_pair(const char* target_env = nullptr, std::size_t size = 1900 * 1024,
+                                const char* huge_env = nullptr) {
   ::setenv("REMORA_SAMEHOST", "1", 1);
   if (target_env != nullptr) ::setenv("REMORA_PEER_HELPER", target_env, 1);
+  if (huge_env != nullptr) ::setenv("REMORA_HUGEPAGES", huge_env, 1);
   PairOptions o;
-  o.target_size = o.local_size = 4 * kMiB;
-  o.between_zones = [] { ::unsetenv("REMORA_PEER_HELPER"); };
+  o.target_size = o.local_size = size;
+  o.between_zones = [] {
+    ::unsetenv("REMORA_PEER_HELPER");
+    ::unsetenv("REMORA_HUGEPAGES");
+  };
   auto p = std::make_unique<Pair>(o);
   ::unsetenv("REMORA_SAMEHOST");
   return p;
@@ -331,6 +340,38 @@ TEST(PeerHelper, OffInTheTargetsZoneTheInitiatorOffersNothing) {
   EXPECT_EQ(0, std::memcmp(p->target_mem.data(), src.data(), kMiB));
   EXPECT_EQ(pulls_offered(p->iep), 0u);
   EXPECT_EQ(moved_for_peer(p->tep), 0u);
+}
+
+// A transfer into the whole huge pages of a region whose owner moves them
+// into huge pages (kHugeMoves) is split over the initiator's own threads:
+// there the two parts pin one page per 2 MiB each, without the owner's work.
+// With REMORA_HUGEPAGES=0 in the owner's zone the same transfer is offered.
+TEST(PeerHelper, ATransferIntoTheOwnersHugePagesStaysWithTheInitiator) {
+  const std::size_t huge = detail::direct::huge_page_size();
+  if (huge == 0) GTEST_SKIP() << "the kernel has no transparent huge pages";
+  for (const char* huge_env : {static_cast<const char*>(nullptr), "0"}) {
+    SCOPED_TRACE(huge_env == nullptr ? "huge pages on" : "REMORA_HUGEPAGES=0");
+    auto p = pull_pair(nullptr, 3 * huge + kMiB, huge_env);
+    ASSERT_TRUE(wait_for([&] { return takes_pulls(p->iep); }));
+    // The first whole huge page of the target's region.
+    const auto base = reinterpret_cast<std::uintptr_t>(p->target_mem.data());
+    const std::size_t at = ((base + huge - 1) & ~(huge - 1)) - base;
+    const auto src = bytes_of(kMiB, 8);
+    const std::uint64_t offered = pulls_offered(p->iep);
+    const std::uint64_t splits = copies_helped() + copies_taken_back() + copies_moved_by_peer();
+    std::memcpy(p->local_mem.data(), src.data(), kMiB);
+    Segment s(p->lmr, 0, kMiB);
+    ASSERT_OK(p->iep.write({&s, 1}, p->rr, at, 1));
+    auto c = collect(p->icq, 1);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_FALSE(c[0].status) << describe(c[0]);
+    EXPECT_EQ(0, std::memcmp(p->target_mem.data() + at, src.data(), kMiB));
+    EXPECT_GT(copies_helped() + copies_taken_back() + copies_moved_by_peer(), splits) << "not split";
+    if (huge_env == nullptr)
+      EXPECT_EQ(pulls_offered(p->iep), offered) << "offered to the owner, which moves its huge pages";
+    else
+      EXPECT_EQ(pulls_offered(p->iep), offered + 1) << "not offered, though the owner moves no huge page";
+  }
 }
 
 // What a broken or hostile initiator could put in the target's ring as a

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "core/direct/copier.hpp"
+#include "core/direct/huge_pages.hpp"
 
 namespace remora::detail::direct {
 namespace {
@@ -125,7 +126,7 @@ Table::~Table() {
 }
 
 int Table::add(std::uint64_t key, std::uint64_t addr, std::uint64_t len, Access access, int share_fd,
-               std::uint64_t share_offset, bool persistent, bool ring_ok) {
+               std::uint64_t share_offset, bool persistent, bool ring_ok, bool huge_moves) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::size_t start = mix(key) & kMask;
   for (std::size_t i = 0; i < kCapacity; ++i) {
@@ -139,7 +140,7 @@ int Table::add(std::uint64_t key, std::uint64_t addr, std::uint64_t len, Access 
     e.addr.store(addr, std::memory_order_relaxed);
     e.len.store(len, std::memory_order_relaxed);
     e.access.store((has(access, Access::remote_read) ? kRead : 0) | (has(access, Access::remote_write) ? kWrite : 0) |
-                       (persistent ? kPersistent : 0) | (ring_ok ? kRingOk : 0),
+                       (persistent ? kPersistent : 0) | (ring_ok ? kRingOk : 0) | (huge_moves ? kHugeMoves : 0),
                    std::memory_order_relaxed);
     e.share.store(encode_share(share_fd, share_offset), std::memory_order_relaxed);
     e.state.store(EntryState::live, std::memory_order_release);
@@ -396,6 +397,13 @@ Peer::Mapping::~Mapping() {
 
 Found Peer::lookup(std::uint64_t key) const noexcept { return find_entry(entries(), key); }
 
+bool Peer::in_huge_pages(const Found& f, std::uint64_t raddr, std::uint64_t len) noexcept {
+  const std::uint64_t huge = huge_page_size();
+  if ((f.access & kHugeMoves) == 0 || huge == 0) return false;
+  const std::uint64_t lo = (f.addr + huge - 1) & ~(huge - 1), hi = (f.addr + f.len) & ~(huge - 1);
+  return raddr >= lo && raddr < hi && len <= hi - raddr;
+}
+
 bool Peer::ring_writable(std::uint64_t key, std::uint64_t raddr, std::uint64_t len) const noexcept {
   for (int attempt = 0; attempt < 16; ++attempt) {
     const Found f = lookup(key);
@@ -572,7 +580,11 @@ Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, st
       iovec riov{reinterpret_cast<void*>(raddr), total};
       if (!enter(f)) continue;
       errno = 0;
-      const ssize_t moved = cross_memory(pid_, write, liov, n, riov, split, key, far);
+      // Into the owner's huge pages this process's helper moves the second
+      // part as fast, without the owner's work (docs/design.md, "The peer
+      // moves half").
+      FarHand* hand = in_huge_pages(f, raddr, total) ? nullptr : far;
+      const ssize_t moved = cross_memory(pid_, write, liov, n, riov, split, key, hand);
       const int err = errno;
       leave(f);
       if (moved == static_cast<ssize_t>(total)) return Outcome::done;
@@ -608,6 +620,7 @@ std::size_t Peer::write_many(std::span<Write> batch, bool split, FarHand* far) {
     iovec riov[kMaxBatch];
     std::uint64_t keys[kMaxBatch];
     std::size_t run = 0, nl = 0;
+    bool huge = false;  // a write of the run lies in the owner's huge pages
     bool stop = false;  // batch[placed + run] is decided (not placed): end after the run
     for (std::size_t i = placed; i < batch.size() && run < kMaxBatch; ++i) {
       Write& w = batch[i];
@@ -645,6 +658,7 @@ std::size_t Peer::write_many(std::span<Write> batch, bool split, FarHand* far) {
         if (v.len != 0) liov[nl++] = iovec{v.addr, v.len};
       riov[run] = iovec{reinterpret_cast<void*>(w.raddr), w.total};
       keys[run] = w.key;
+      huge = huge || in_huge_pages(f, w.raddr, w.total);
       entered[run++] = f;
     }
     if (run > 0) {
@@ -658,7 +672,7 @@ std::size_t Peer::write_many(std::span<Write> batch, bool split, FarHand* far) {
         // for the writes' bytes on its side of one address, with each
         // write's last bytes placed in order after them (copier.hpp,
         // write_ranges).
-        moved = write_ranges(pid_, liov, nl, riov, run, split, keys, far);
+        moved = write_ranges(pid_, liov, nl, riov, run, split, keys, huge ? nullptr : far);
         err = errno;
       }
       for (std::size_t k = 0; k < run; ++k) leave(entered[k]);

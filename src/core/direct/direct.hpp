@@ -71,6 +71,11 @@ constexpr std::uint64_t kPersistent = 4;
 // writable: Table::place copies into it with a store). Older tables never
 // set it.
 constexpr std::uint64_t kRingOk = 8;
+// The owner moves the region's whole, aligned huge pages into huge pages
+// (HugePageJob): a transfer inside them pins one page per huge page, and is
+// split over the initiator's own threads rather than offered to the owner
+// (docs/design.md, "The peer moves half"). Older tables never set it.
+constexpr std::uint64_t kHugeMoves = 16;
 
 constexpr std::uint64_t kShareable = 1ull << 63;
 /// Entry::share for a region at file offset `offset` (a multiple of 4 KiB
@@ -172,10 +177,11 @@ class Table {
   /// `share_fd`/`share_offset`: the region's memory is a shared mapping of
   /// that descriptor (which stays open until remove returns) from that file
   /// offset, so initiators may map it (-1: not shareable). `ring_ok`: the
-  /// owner takes writes into it over its rings (kRingOk). Returns the
-  /// entry's index, or -1.
+  /// owner takes writes into it over its rings (kRingOk). `huge_moves`: the
+  /// owner moves its whole huge pages into huge pages (kHugeMoves). Returns
+  /// the entry's index, or -1.
   int add(std::uint64_t key, std::uint64_t addr, std::uint64_t len, Access access, int share_fd = -1,
-          std::uint64_t share_offset = 0, bool persistent = false, bool ring_ok = false);
+          std::uint64_t share_offset = 0, bool persistent = false, bool ring_ok = false, bool huge_moves = false);
   /// Revoke entry `index` (from add): after this returns, no initiator that
   /// honours the protocol is inside a transfer to it, and none starts one
   /// (bounded wait: a peer killed inside a transfer never leaves it). False
@@ -353,6 +359,9 @@ class Peer {
   /// some regions out (the owner decides).
   std::optional<Outcome> refusal(const Found& f, std::uint64_t raddr, std::uint64_t len,
                                  std::uint64_t need) const noexcept;
+  /// [raddr, raddr+len) lies in the whole huge pages of `f`, which its owner
+  /// moves into huge pages (kHugeMoves).
+  static bool in_huge_pages(const Found& f, std::uint64_t raddr, std::uint64_t len) noexcept;
   /// The mapping of `f` (a shareable entry), made now if needed; null when
   /// it cannot be made (the caller uses cross-memory attach).
   std::shared_ptr<const Mapping> mapping(const Found& f);

@@ -193,10 +193,17 @@ Result<std::shared_ptr<RegionImpl>> register_region(const std::shared_ptr<ZoneIm
   // Same-host peers check their direct transfers against this table
   // (docs/design.md, "Same-host direct path"); a full table leaves the
   // region to the transport.
-  if (r->registered && zone->direct)
+  if (r->registered && zone->direct) {
+    // Ordinary memory with a whole, aligned huge page in it: register_memory
+    // starts moving those into huge pages (HugePageJob), and peers split
+    // transfers into them over their own threads (kHugeMoves).
+    const std::uint64_t a = reinterpret_cast<std::uint64_t>(addr), huge = direct::huge_page_size();
+    const bool huge_moves =
+        zone->direct_huge && share_fd < 0 && huge > 0 && ((a + huge - 1) & ~(huge - 1)) + huge <= a + len;
     r->direct_slot =
-        zone->direct->add(r->key, reinterpret_cast<std::uint64_t>(addr), len, access, share_fd, share_offset,
-                          persistent, zone->ring_writes && share_fd < 0 && has(access, Access::remote_write));
+        zone->direct->add(r->key, a, len, access, share_fd, share_offset, persistent,
+                          zone->ring_writes && share_fd < 0 && has(access, Access::remote_write), huge_moves);
+  }
   return r;
 }
 
