@@ -501,11 +501,16 @@ struct SrqImpl {
 /// stack for one transfer, with the endpoint's lock held.
 class PullHand final : public direct::FarHand {
  public:
-  PullHand(direct::Outbox& out, direct::Peer& peer, std::atomic<std::uint64_t>& offered) noexcept
-      : out_(out), peer_(peer), offered_(offered) {}
+  /// `share`: the endpoint's share of its splits for the peer, in 64ths,
+  /// which finish() moves by one towards balance: down when this thread
+  /// had to wait for the peer, up when the peer was done first.
+  PullHand(direct::Outbox& out, direct::Peer& peer, std::atomic<std::uint64_t>& offered, unsigned& share) noexcept
+      : out_(out), peer_(peer), offered_(offered), share_(share) {}
   bool offer(bool write, const std::uint64_t* keys, const iovec* remote, std::size_t nr, const iovec* local,
              std::size_t n) noexcept override;
   ssize_t finish() noexcept override;
+  unsigned share() const noexcept override { return share_; }
+  static constexpr unsigned kMinShare = 8, kMaxShare = 48;
   /// The peer answered that it cannot reach this process (EPERM, ESRCH):
   /// offer it nothing more.
   bool unreachable() const noexcept { return unreachable_; }
@@ -516,6 +521,7 @@ class PullHand final : public direct::FarHand {
   direct::Outbox& out_;
   direct::Peer& peer_;
   std::atomic<std::uint64_t>& offered_;
+  unsigned& share_;
   wire::RingPull* pull_ = nullptr;  // the message offered, in the peer's ring
   bool unreachable_ = false;
   bool taken_back_ = false;
@@ -677,6 +683,8 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   // and the peer's parts this side moved (tests, remora-info).
   std::atomic<std::uint64_t> pulls_offered{0};
   std::atomic<std::uint64_t> pulls_moved_for_peer{0};
+  // The peer's share of this endpoint's splits, in 64ths (PullHand).
+  unsigned pull_share REMORA_GUARDED_BY(mu) = direct::FarHand::kHalfShare;
   // Sends placed in the peer's inbox, and messages taken from this side's
   // (tests look at them); writes placed in the peer's inbox, and the
   // peer's writes this side copied from its own.

@@ -87,7 +87,9 @@ class FakeFar : public FarHand {
     return w ? ::process_vm_readv(self, r.data(), r.size(), segs.data(), segs.size(), 0)
              : ::process_vm_writev(self, r.data(), r.size(), segs.data(), segs.size(), 0);
   }
+  unsigned share() const noexcept override { return peer_share; }
   Mode mode;
+  unsigned peer_share = kHalfShare;
   int offers = 0;
   bool w = false;
   std::vector<iovec> ranges, segs;
@@ -139,6 +141,31 @@ TEST(PeerHelperCopier, AReadsSecondPartMovedByThePeerLands) {
   EXPECT_EQ(dst, far_mem);
   EXPECT_FALSE(far.w);
   EXPECT_EQ(copies_moved_by_peer(), by_peer + 1);
+}
+
+// The peer's share (FarHand::share, in 64ths) sets where the transfer is
+// cut: a quarter for the peer, or half of a batch's bytes, at a page
+// boundary of the remote range.
+TEST(PeerHelperCopier, ThePeersShareSetsTheCut) {
+  const std::size_t len = kMiB;
+  std::vector<std::uint8_t> dst(len + 8192, 0);
+  auto src = bytes_of(len, 2);
+  const auto page = reinterpret_cast<std::uintptr_t>(dst.data() + 4095) & ~std::uintptr_t{4095};
+  auto* at = reinterpret_cast<std::uint8_t*>(page);
+  for (unsigned share : {16u, 32u, 48u}) {
+    SCOPED_TRACE(share);
+    iovec local{src.data(), len};
+    FakeFar far(FakeFar::Mode::move);
+    far.peer_share = share;
+    ASSERT_EQ(cross_memory(::getpid(), true, &local, 1, iovec{at, len}, true, 1, &far), static_cast<ssize_t>(len));
+    EXPECT_EQ(0, std::memcmp(at, src.data(), len));
+    ASSERT_EQ(far.ranges.size(), 1u);
+    // The caller's part ends at the page boundary below its share of all
+    // but the last bytes; the peer's runs from there to those last bytes.
+    const std::size_t tail = len - detail::direct::kLastBytes, cut = (tail * (64 - share) / 64) & ~std::size_t{4095};
+    EXPECT_EQ(static_cast<std::uint8_t*>(far.ranges[0].iov_base), at + cut);
+    EXPECT_EQ(far.ranges[0].iov_len, tail - cut);
+  }
 }
 
 // The writes of a batch: each range's key goes with its part, and every
@@ -400,7 +427,8 @@ TEST(PeerHelper, APartUnderAForgedKeyOrOutsideItsRegionMovesNothing) {
       detail::EndpointImpl& ep = *p->iep.impl();
       ASSERT_TRUE(ep.outbox && ep.direct_peer);
       std::atomic<std::uint64_t> offered{0};
-      detail::PullHand hand(*ep.outbox, *ep.direct_peer, offered);
+      unsigned share = detail::direct::FarHand::kHalfShare;
+      detail::PullHand hand(*ep.outbox, *ep.direct_peer, offered, share);
       iovec r{reinterpret_cast<void*>(k.addr), src.size()}, s{src.data(), src.size()};
       ASSERT_TRUE(hand.offer(true, &k.key, &r, 1, &s, 1));
       std::this_thread::sleep_for(20ms);
@@ -412,6 +440,38 @@ TEST(PeerHelper, APartUnderAForgedKeyOrOutsideItsRegionMovesNothing) {
         std::all_of(p->target_mem.begin(), p->target_mem.end(), [](std::uint8_t b) { return b == Pair::kTargetFill; }));
     EXPECT_EQ(moved_for_peer(p->tep), refused_before);
     EXPECT_EQ(p->tep.state(), EndpointState::connected) << "a refused part is answered, not a broken protocol";
+  }
+}
+
+// The endpoint's share for the peer grows by one 64th when the peer was
+// done before the initiator looked, up to PullHand::kMaxShare.
+TEST(PeerHelper, APeerDoneFirstGetsALargerShareUpToTheBound) {
+  auto p = pull_pair();
+  ASSERT_TRUE(wait_for([&] { return takes_pulls(p->iep); }));
+  const auto src = bytes_of(64 * 1024, 6);
+  for (unsigned start : {detail::direct::FarHand::kHalfShare, detail::PullHand::kMaxShare}) {
+    SCOPED_TRACE(start);
+    unsigned share = start;
+    bool moved = false;
+    for (int attempt = 0; attempt < 200 && !moved; ++attempt) {
+      detail::MutexLock lock(p->iep.impl()->mu);
+      detail::EndpointImpl& ep = *p->iep.impl();
+      std::atomic<std::uint64_t> offered{0};
+      detail::PullHand hand(*ep.outbox, *ep.direct_peer, offered, share);
+      EXPECT_EQ(hand.share(), start);
+      const std::uint64_t key = p->rr.key();
+      iovec r{p->target_mem.data() + 100, src.size()}, s{const_cast<std::uint8_t*>(src.data()), src.size()};
+      ASSERT_TRUE(hand.offer(true, &key, &r, 1, &s, 1));
+      std::this_thread::sleep_for(20ms);
+      const ssize_t n = hand.finish();
+      moved = !hand.taken_back();
+      if (moved) {
+        EXPECT_EQ(n, static_cast<ssize_t>(src.size()));
+      }
+    }
+    ASSERT_TRUE(moved) << "the target's agent never took the part";
+    EXPECT_EQ(0, std::memcmp(p->target_mem.data() + 100, src.data(), src.size()));
+    EXPECT_EQ(share, std::min(start + 1, detail::PullHand::kMaxShare));
   }
 }
 

@@ -261,8 +261,11 @@ ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, i
   // below the middle, so that no page is pinned by both calls.
   const auto base = reinterpret_cast<std::uintptr_t>(remote.iov_base);
   const std::size_t tail = len - kLastBytes;
-  std::size_t cut = ((base + tail / 2) & ~std::uintptr_t{4095}) - base;
-  if (cut == 0 || cut >= tail) cut = tail / 2;
+  // With a far hand, the caller's share: 64ths less the peer's.
+  const std::size_t mine_of_64 = 64 - (far != nullptr ? std::min(far->share(), 63u) : FarHand::kHalfShare);
+  const std::size_t want = tail * mine_of_64 / 64;
+  std::size_t cut = ((base + want) & ~std::uintptr_t{4095}) - base;
+  if (cut == 0 || cut >= tail) cut = want;
 
   Job job;
   job.pid = pid;
@@ -376,12 +379,14 @@ ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec*
   if (bodies == 0 || !tails_stay_last(w, nr)) return one_call(pid, true, local, nl, remote, nr);
 
   // The cut: the lowest address with half the bodies' bytes below it (they
-  // grow with it), then the page boundary nearest to it, so that no page of
-  // a body is pinned by both threads, unless that leaves all on one side.
+  // grow with it; with a far hand, the caller's share of them), then the
+  // page boundary nearest to it, so that no page of a body is pinned by both
+  // threads, unless that leaves all on one side.
+  const std::size_t mine_of_64 = 64 - (far != nullptr ? std::min(far->share(), 63u) : FarHand::kHalfShare);
   std::uintptr_t a = lo, b = hi;
   while (a < b) {
     const std::uintptr_t mid = a + (b - a) / 2;
-    if (2 * below(w, nr, mid) >= bodies)
+    if (64 * below(w, nr, mid) >= bodies * mine_of_64)
       b = mid;
     else
       a = mid + 1;

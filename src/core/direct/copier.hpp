@@ -58,6 +58,11 @@ class FarHand {
   /// the peer moved, or -1 when the part is the caller's to move (taken
   /// back, refused, failed, or the peer is gone).
   virtual ssize_t finish() noexcept = 0;
+  /// The peer's share of a split, in 64ths (32: half), asked before the
+  /// transfer is cut: a peer that finishes its part later than this thread
+  /// finishes its own gets less.
+  virtual unsigned share() const noexcept { return kHalfShare; }
+  static constexpr unsigned kHalfShare = 32;
 };
 
 /// False when REMORA_COPY_HELPER turns the helper off ("0", "off", "no",

@@ -363,7 +363,7 @@ bool EndpointImpl::try_direct(OpSlot& s, bool deferred_front) {
   }
   bool mapped = false;
   std::optional<PullHand> hand;
-  if (pulls_now()) hand.emplace(*outbox, *direct_peer, pulls_offered);
+  if (pulls_now()) hand.emplace(*outbox, *direct_peer, pulls_offered, pull_share);
   const direct::Peer::Outcome outcome =
       direct_peer->transfer(write, {s.iov, s.iov_count}, s.done.length, s.raddr, s.rkey, zone->direct_split, &mapped,
                             hand ? &*hand : nullptr);
@@ -492,7 +492,7 @@ void EndpointImpl::flush_gathered() {
   std::size_t placed = 0;
   if (direct_peer) {
     std::optional<PullHand> hand;
-    if (pulls_now()) hand.emplace(*outbox, *direct_peer, pulls_offered);
+    if (pulls_now()) hand.emplace(*outbox, *direct_peer, pulls_offered, pull_share);
     placed = direct_peer->write_many({writes, n}, zone->direct_split, hand ? &*hand : nullptr);
     if (hand && hand->unreachable()) outbox_takes_pulls = false;
   }

@@ -274,7 +274,13 @@ ssize_t PullHand::finish() noexcept {
   }
   // The peer is moving it: wait for it (bounded by its copy), looking now
   // and then whether it still lives, and sleeping between looks once the
-  // wait is long (a peer stopped by a signal).
+  // wait is long (a peer stopped by a signal). The peer's share of the next
+  // split moves towards the two parts ending together.
+  if (pull_state(p).load(std::memory_order_acquire) == wire::kPullDone) {
+    if (share_ < kMaxShare) ++share_;
+  } else if (share_ > kMinShare) {
+    --share_;
+  }
   for (std::uint64_t spins = 1; pull_state(p).load(std::memory_order_acquire) != wire::kPullDone; ++spins) {
     relax();
     if (spins % 1024 != 0) continue;
