@@ -173,6 +173,7 @@ Inbox::Next Inbox::next(std::span<const std::uint8_t>& bytes, std::uint64_t& dat
   // or this load sees its message.
   const std::uint64_t tail = header()->tail.load(std::memory_order_seq_cst);
   if (tail == head_) return Next::none;
+  sync_acquire(nonce_);
   if (tail - head_ > geo_.slots) return Next::broken;  // more than the ring holds: not a Remora sender
   RingSlot* slot = geo_.slot(map_, head_);
   const std::uint64_t len = slot->len.load(std::memory_order_relaxed);
@@ -193,6 +194,8 @@ void Inbox::publish_handled(std::uint64_t n) noexcept {
   sync_release(nonce_);
   header()->handled.store(n, std::memory_order_release);
 }
+
+void Inbox::release_to_sender() const noexcept { sync_release(nonce_); }
 
 void Inbox::quiet_bell() noexcept {
   if (header()->bell.load(std::memory_order_relaxed) == 0) return;
@@ -288,6 +291,10 @@ std::uint8_t* Outbox::put(std::span<const backend::Iov> iov, std::size_t total, 
   }
   slot->len.store(total, std::memory_order_relaxed);
   slot->data.store(data, std::memory_order_relaxed);
+  // What this thread did before the message is ordered before what the
+  // owner does once it took it (the tail's store and load, for
+  // ThreadSanitizer).
+  sync_release(nonce_);
   const std::uint64_t was = tail_++;
   h->tail.store(tail_, std::memory_order_seq_cst);
   // The owner took everything before this message: it may be asleep.
@@ -306,6 +313,8 @@ std::uint64_t Outbox::handled() const noexcept {
   sync_acquire(nonce_);
   return n;
 }
+
+void Outbox::acquire_from_owner() const noexcept { sync_acquire(nonce_); }
 
 void Outbox::ring() noexcept {
   const std::uint64_t one = 1;

@@ -129,6 +129,12 @@ class Inbox {
   void pop() noexcept;
   /// Publish `n` as the count of receive-consuming messages handled.
   void publish_handled(std::uint64_t n) noexcept;
+  /// What this side wrote before its next store to the ring is ordered
+  /// before what the sender does after it sees that store
+  /// (Outbox::acquire_from_owner): stores through the two mappings of the
+  /// ring are told apart by ThreadSanitizer, which this tells. Nothing in
+  /// other builds.
+  void release_to_sender() const noexcept;
   /// Empty the bell if a peer rang it since the last look (a system call
   /// only then).
   void quiet_bell() noexcept;
@@ -185,6 +191,9 @@ class Outbox {
   std::size_t slots() const noexcept { return geo_.slots; }
   /// The owner's count of receive-consuming messages handled.
   std::uint64_t handled() const noexcept;
+  /// The other half of Inbox::release_to_sender, after a load that saw the
+  /// owner's store.
+  void acquire_from_owner() const noexcept;
   /// Wake the owner (its bell), and bump its zone's `rung` count.
   void ring() noexcept;
 

@@ -292,6 +292,7 @@ ssize_t PullHand::finish() noexcept {
       ::nanosleep(&pause, nullptr);
     }
   }
+  out_.acquire_from_owner();
   const std::int64_t moved = p.moved;
   if (moved < 0 && (p.err == EPERM || p.err == ESRCH)) unreachable_ = true;
   return static_cast<ssize_t>(moved);
@@ -334,6 +335,7 @@ bool EndpointImpl::take_pull(std::span<const std::uint8_t> bytes) {
   if (moved >= 0) pulls_moved_for_peer.fetch_add(1, std::memory_order_relaxed);
   p.moved = moved;
   p.err = static_cast<std::uint32_t>(err);
+  inbox->release_to_sender();
   pull_state(p).store(wire::kPullDone, std::memory_order_release);
   return true;
 }
