@@ -680,7 +680,7 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   // cleared when the peer could not reach this process (EPERM, ESRCH).
   bool outbox_takes_pulls REMORA_GUARDED_BY(mu) = false;
   // Parts of split transfers this side offered the peer and the peer moved,
-  // and the peer's parts this side moved (tests, remora-info).
+  // and the peer's parts this side moved (tests).
   std::atomic<std::uint64_t> pulls_offered{0};
   std::atomic<std::uint64_t> pulls_moved_for_peer{0};
   // The peer's share of this endpoint's splits, in 64ths (PullHand).

@@ -12,7 +12,8 @@
 // last, as with one call. The caller takes the second part back and moves it
 // itself when the helper has not started it by the time the first is done,
 // so a helper that is asleep, descheduled or busy with another caller's
-// transfer costs a look, never a wait.
+// transfer costs a look, never a wait. With a FarHand (below) the second
+// part is offered to the peer process first ("The peer moves half").
 #pragma once
 
 #include <sys/types.h>
@@ -118,8 +119,7 @@ std::uint64_t copies_helped() noexcept;
 /// Split transfers whose second part the caller took back (tests): from
 /// the helper, or from the peer (FarHand) when it did not move all of it.
 std::uint64_t copies_taken_back() noexcept;
-/// Split transfers whose second part the peer process moved (tests,
-/// remora-info).
+/// Split transfers whose second part the peer process moved (tests).
 std::uint64_t copies_moved_by_peer() noexcept;
 
 }  // namespace remora::detail::direct
