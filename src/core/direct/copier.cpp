@@ -31,14 +31,6 @@ ssize_t one_call(pid_t pid, bool write, const iovec* local, std::size_t n, iovec
   return one_call(pid, write, local, n, &remote, 1);
 }
 
-void relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 /// The second part of one split transfer (or list of writes). Written by
 /// the caller before it posts the job, read by the helper after it claims
 /// it; the result the other way round (the state's release and acquire

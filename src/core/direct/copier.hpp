@@ -66,6 +66,16 @@ class FarHand {
   static constexpr unsigned kHalfShare = 32;
 };
 
+/// A spinning thread's pause between looks at memory another thread or
+/// process writes.
+inline void relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 /// False when REMORA_COPY_HELPER turns the helper off ("0", "off", "no",
 /// "false"); true when it is unset or turns it on. Any other value is
 /// reported on stderr once and ignored.

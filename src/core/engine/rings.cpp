@@ -228,14 +228,6 @@ std::atomic_ref<std::uint64_t> pull_state(wire::RingPull& p) noexcept {
   return std::atomic_ref<std::uint64_t>(p.state);
 }
 
-void relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 }  // namespace
 
 bool PullHand::offer(bool write, const std::uint64_t* keys, const iovec* remote, std::size_t nr, const iovec* local,
@@ -282,7 +274,7 @@ ssize_t PullHand::finish() noexcept {
     --share_;
   }
   for (std::uint64_t spins = 1; pull_state(p).load(std::memory_order_acquire) != wire::kPullDone; ++spins) {
-    relax();
+    direct::relax();
     if (spins % 1024 != 0) continue;
     if (!peer_.alive()) return -1;
     if (spins < (1u << 20)) {
