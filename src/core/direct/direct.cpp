@@ -398,10 +398,9 @@ Peer::Mapping::~Mapping() {
 Found Peer::lookup(std::uint64_t key) const noexcept { return find_entry(entries(), key); }
 
 bool Peer::in_huge_pages(const Found& f, std::uint64_t raddr, std::uint64_t len) noexcept {
-  const std::uint64_t huge = huge_page_size();
-  if ((f.access & kHugeMoves) == 0 || huge == 0) return false;
-  const std::uint64_t lo = (f.addr + huge - 1) & ~(huge - 1), hi = (f.addr + f.len) & ~(huge - 1);
-  return raddr >= lo && raddr < hi && len <= hi - raddr;
+  if ((f.access & kHugeMoves) == 0) return false;
+  const HugeSpan span = whole_huge_pages(f.addr, f.len);
+  return raddr >= span.start && raddr < span.end && len <= span.end - raddr;
 }
 
 bool Peer::ring_writable(std::uint64_t key, std::uint64_t raddr, std::uint64_t len) const noexcept {

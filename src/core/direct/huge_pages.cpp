@@ -197,14 +197,17 @@ std::size_t huge_page_size() noexcept {
   return size;
 }
 
+HugeSpan whole_huge_pages(std::uint64_t addr, std::uint64_t len) noexcept {
+  const std::uint64_t huge = huge_page_size();
+  if (huge == 0 || len > UINT64_MAX - addr || addr > UINT64_MAX - (huge - 1)) return {};
+  return HugeSpan{(addr + huge - 1) & ~(huge - 1), (addr + len) & ~(huge - 1)};
+}
+
 std::shared_ptr<HugePageJob> HugePageJob::start(void* addr, std::size_t len) noexcept {
   const std::size_t huge = huge_page_size();
-  if (huge == 0) return nullptr;
-  const auto a = reinterpret_cast<std::uintptr_t>(addr);
-  if (len > UINTPTR_MAX - a || a > UINTPTR_MAX - (huge - 1)) return nullptr;
-  const std::uintptr_t start = (a + huge - 1) & ~(std::uintptr_t{huge} - 1);
-  const std::uintptr_t end = (a + len) & ~(std::uintptr_t{huge} - 1);
-  if (start >= end) return nullptr;
+  const HugeSpan span = whole_huge_pages(reinterpret_cast<std::uintptr_t>(addr), len);
+  if (span.empty()) return nullptr;
+  const auto start = static_cast<std::uintptr_t>(span.start), end = static_cast<std::uintptr_t>(span.end);
   HugePager* pager = HugePager::get();
   if (pager == nullptr) return nullptr;
   try {

@@ -45,6 +45,15 @@ bool huge_pages_allowed_by_environment() noexcept;
 /// x86-64), 0 when it has none.
 std::size_t huge_page_size() noexcept;
 
+/// The whole, aligned huge pages inside [addr, addr + len): [start, end),
+/// empty when there are none (or the kernel has no huge pages, or the range
+/// wraps around).
+struct HugeSpan {
+  std::uint64_t start = 0, end = 0;
+  bool empty() const noexcept { return start >= end; }
+};
+HugeSpan whole_huge_pages(std::uint64_t addr, std::uint64_t len) noexcept;
+
 class HugePager;
 
 /// One region's move into huge pages, made by the process's huge-page thread.

@@ -197,9 +197,8 @@ Result<std::shared_ptr<RegionImpl>> register_region(const std::shared_ptr<ZoneIm
     // Ordinary memory with a whole, aligned huge page in it: register_memory
     // starts moving those into huge pages (HugePageJob), and peers split
     // transfers into them over their own threads (kHugeMoves).
-    const std::uint64_t a = reinterpret_cast<std::uint64_t>(addr), huge = direct::huge_page_size();
-    const bool huge_moves =
-        zone->direct_huge && share_fd < 0 && huge > 0 && ((a + huge - 1) & ~(huge - 1)) + huge <= a + len;
+    const auto a = reinterpret_cast<std::uint64_t>(addr);
+    const bool huge_moves = zone->direct_huge && share_fd < 0 && !direct::whole_huge_pages(a, len).empty();
     r->direct_slot =
         zone->direct->add(r->key, a, len, access, share_fd, share_offset, persistent,
                           zone->ring_writes && share_fd < 0 && has(access, Access::remote_write), huge_moves);
