@@ -227,6 +227,12 @@ bool hand_over(const Job& job, const std::uint64_t* keys, FarHand* far, Helper**
   return true;
 }
 
+/// The caller's share of a split, in 64ths: half, or what the far hand
+/// leaves it.
+std::size_t callers_share(const FarHand* far) noexcept {
+  return 64 - (far != nullptr ? std::min(far->share(), 63u) : FarHand::kHalfShare);
+}
+
 /// The errno of the first part that failed with EPERM or ESRCH (the peer
 /// is out of reach, which outweighs a fault), else 0.
 int out_of_reach(std::initializer_list<std::pair<ssize_t, int>> parts) noexcept {
@@ -253,9 +259,7 @@ ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, i
   // below the middle, so that no page is pinned by both calls.
   const auto base = reinterpret_cast<std::uintptr_t>(remote.iov_base);
   const std::size_t tail = len - kLastBytes;
-  // With a far hand, the caller's share: 64ths less the peer's.
-  const std::size_t mine_of_64 = 64 - (far != nullptr ? std::min(far->share(), 63u) : FarHand::kHalfShare);
-  const std::size_t want = tail * mine_of_64 / 64;
+  const std::size_t want = tail * callers_share(far) / 64;
   std::size_t cut = ((base + want) & ~std::uintptr_t{4095}) - base;
   if (cut == 0 || cut >= tail) cut = want;
 
@@ -374,7 +378,7 @@ ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec*
   // grow with it; with a far hand, the caller's share of them), then the
   // page boundary nearest to it, so that no page of a body is pinned by both
   // threads, unless that leaves all on one side.
-  const std::size_t mine_of_64 = 64 - (far != nullptr ? std::min(far->share(), 63u) : FarHand::kHalfShare);
+  const std::size_t mine_of_64 = callers_share(far);
   std::uintptr_t a = lo, b = hi;
   while (a < b) {
     const std::uintptr_t mid = a + (b - a) / 2;
