@@ -812,7 +812,7 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   RingPut try_ring_write(OpSlot& s) REMORA_REQUIRES(mu);
   /// Take what the inbox holds, publish the handled count (ringing the
   /// peer's bell) and believe the peer's count in the outbox. Returns the
-  /// messages taken.
+  /// messages taken, parts of the peer's transfers (ring_pull) included.
   int take_ring() REMORA_REQUIRES(mu);
   // A ring_pull message from the peer (its bytes in this side's inbox):
   // moved when the peer has not taken it back. False when it is malformed.

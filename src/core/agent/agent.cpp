@@ -403,9 +403,10 @@ void Agent::run() {
   bool rung = false;
   bool user_driven = false;  // at the last sweep (or since), some endpoint was driven by a user
   // After traffic woke it, the agent keeps polling for a short while before
-  // sleeping again: the operations of one burst (a write and the read right
-  // behind it) then cost one wake-up, not one each. A plain incoming write
-  // leaves no completion at the target, so the wake itself is the signal.
+  // sleeping again (kLinger from the wake, or from the last turn that found
+  // work): the operations of one burst (a write and the read right behind
+  // it) then cost one wake-up, not one each. A plain incoming write leaves
+  // no completion at the target, so the wake itself is the signal.
   constexpr auto kLinger = std::chrono::microseconds(30);
   auto linger_until = std::chrono::steady_clock::time_point{};
   bool spinning = false;  // the previous turn polled endpoints and did not sleep
@@ -624,6 +625,10 @@ void Agent::run() {
     // (an event's endpoint): the zone is gone, stop() was called.
     if (stop_) break;
     spinning = !eps.empty() || !pumped.empty();
+    // The linger runs from the last turn that found work: a peer's part of
+    // a large transfer (ring_pull) can keep the agent longer than kLinger,
+    // and the peer's next one follows about as long after it.
+    if (work > 0) linger_until = std::chrono::steady_clock::now() + kLinger;
     if (spinning && (busy_ || work > 0 || std::chrono::steady_clock::now() < linger_until)) {
       hot.clear();
       for (auto& ep : eps) hot.push_back(ep.get());

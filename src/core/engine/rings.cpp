@@ -149,7 +149,7 @@ void EndpointImpl::take_ring_acks() {
 }
 
 int EndpointImpl::take_ring() {
-  int taken = 0;
+  int taken = 0, pulls = 0;
   if (inbox && (state == EndpointState::connected || state == EndpointState::connect_pending)) {
     inbox->quiet_bell();
     const std::uint64_t acked_before = msgs_acked, handled_before = msgs_handled;
@@ -175,6 +175,7 @@ int EndpointImpl::take_ring() {
           return 0;
         }
         inbox->pop();
+        ++pulls;
         continue;
       }
       if (next == direct::Inbox::Next::message && kind == wire::ring_write) {
@@ -219,7 +220,7 @@ int EndpointImpl::take_ring() {
     }
   }
   take_ring_acks();
-  return taken;
+  return taken + pulls;
 }
 
 namespace {
