@@ -79,7 +79,7 @@ class ProtectionZone {
   /// One pass of the target agent's work on the calling thread: every queued
   /// connection-management event, then every endpoint of the zone. Returns
   /// how many events and completions it handled, parts of a same-host
-  /// peer's transfers it moved included (0: nothing was pending).
+  /// peer's transfers included (0: nothing was pending).
   /// Needed only for zones created with progress_thread = false; harmless
   /// otherwise. Errors: invalid_handle.
   Result<std::size_t> progress();
