@@ -372,9 +372,12 @@ for path in glob.glob(os.path.join(work, "remora[01234567].*.json")):
     for line in open(path):
         if line.startswith("{"):
             o = json.loads(line)
-            iters = int(o["iters"])
-            warm = min(max(iters // 10, 16), 200)  # perf_cli.hpp's warm-up
-            c = cpu(path[:-5] + ".cpu") / (iters + warm) * 1e6
+            if "cpu_us_per_op" in o:  # the client over its measured operations
+                c = float(o["cpu_us_per_op"])
+            else:  # an older remora-perf: the client's whole life
+                iters = int(o["iters"])
+                warm = min(max(iters // 10, 16), 200)  # perf_cli.hpp's warm-up
+                c = cpu(path[:-5] + ".cpu") / (iters + warm) * 1e6
             remora.setdefault((engine, name, int(size)), []).append((o, c))
 LABEL = {"write": ("write", "delivery"), "read": ("read", "-"), "write_lat": ("write", "busy-poll"),
          "wfv_asleep": ("write+flush_vis", "target asleep"),
@@ -424,8 +427,10 @@ notes = [
     "x memcpy = GB/s / single-thread memcpy GB/s of the same size, same run (bandwidth rows only)",
     "range = lowest and highest repetition of the row's figure: GB/s on bandwidth rows, p50 on latency rows",
     "CPU us/op = user + sys of the measuring process only (remora-bench-samehost's parent, the ucx_perftest "
-    "client, the remora-perf client), over its whole life for the last two, per operation; the target "
-    "process's CPU is not counted (shm's target and UCX's server spin on a core)",
+    "client, the remora-perf client), per operation: over the timed operations for the first and last "
+    "(remora-perf's cpu_us_per_op: all the client's threads, set-up and warm-up not counted), over its "
+    "whole life for ucx_perftest; the target process's CPU is not counted (shm's target and UCX's server "
+    "spin on a core; Remora's server moves part of large same-host transfers)",
     "libfabric-shm write: qd 16; latency rows: one 8-byte operation at a time, posted and polled for",
     "remora-tcp: remora-perf over libfabric tcp on 127.0.0.1 (REMORA_SAMEHOST=0), writes delivery-complete (qd 16); "
     "write at 8 bytes (busy-poll): one 8-byte write at a time, target and client busy-polling; "

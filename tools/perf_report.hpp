@@ -9,6 +9,7 @@
 // must not link Remora.
 #pragma once
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,12 +36,24 @@ inline std::uint64_t now_ns() {
           .count());
 }
 
+/// User + system CPU time of this process (all its threads) so far, in
+/// seconds (getrusage(RUSAGE_SELF); 0 if it fails).
+inline double process_cpu_seconds() {
+  rusage ru{};
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+  return sec(ru.ru_utime) + sec(ru.ru_stime);
+}
+
 /// One size's measured run.
 struct Measurement {
   std::size_t size = 0;
   std::uint64_t iters = 0;
   unsigned qd = 0;
-  double seconds = 0;                 ///< first post to last completion
+  double seconds = 0;  ///< first post to last completion
+  /// User + system CPU of this process (all its threads) over the same
+  /// loop; negative when not measured.
+  double cpu_seconds = -1;
   std::vector<std::uint64_t> lat_ns;  ///< per operation, post to completion
   /// Bidirectional runs: what the other side (the server) did at the same
   /// time, in the same units. Its rate adds to this side's.
@@ -235,6 +248,8 @@ inline std::string json_line(const RunLabel& run, const Measurement& m, const Su
       static_cast<int>(run.op.size()), run.op.data(), m.size, static_cast<unsigned long long>(m.iters), m.qd, s.gbps,
       s.gbits, s.mops, s.p50_us, s.p99_us, s.p999_us, m.seconds, static_cast<int>(run.engine.size()), run.engine.data(),
       static_cast<int>(run.completion.size()), run.completion.data());
+  if (m.cpu_seconds >= 0 && m.iters > 0)
+    out += detail::format(",\"cpu_us_per_op\":%.3f", m.cpu_seconds / static_cast<double>(m.iters) * 1e6);
   if (m.has_peer) {
     out += detail::format(",\"client_gbps\":%.6f,\"server_gbps\":%.6f,\"server_iters\":%llu,\"server_seconds\":%.6f",
                           s.client_gbps, s.server_gbps, static_cast<unsigned long long>(m.peer_iters), m.peer_seconds);

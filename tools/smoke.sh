@@ -172,7 +172,7 @@ check_json() {
     for size in "${want[@]}"; do
         line=${lines[$n]}
         n=$((n + 1))
-        for key in op size iters qd gbps mops lat_p50_us lat_p99_us lat_p999_us engine; do
+        for key in op size iters qd gbps mops lat_p50_us lat_p99_us lat_p999_us cpu_us_per_op engine; do
             [[ "$line" == *"\"$key\":"* ]] || { echo "missing key $key: $line"; return 1; }
         done
         [[ "$line" == *"\"op\":\"$op\""* && "$line" == *"\"size\":$size,"* &&
@@ -182,9 +182,12 @@ check_json() {
         else
             [[ "$line" =~ \"iters\":[1-9] ]] || { echo "no iterations: $line"; return 1; }
         fi
-        # Something was measured: a non-zero median latency.
+        # Something was measured: a non-zero median latency, and the client's
+        # CPU over the operations is a number (0 when they took under the
+        # clock's tick).
         [[ "$line" =~ \"lat_p50_us\":([0-9.]+) ]] && [[ "${BASH_REMATCH[1]}" != "0.000" ]] ||
             { echo "zero latency: $line"; return 1; }
+        [[ "$line" =~ \"cpu_us_per_op\":[0-9]+\.[0-9]{3}[,}] ]] || { echo "no CPU per operation: $line"; return 1; }
     done
 }
 
