@@ -475,60 +475,6 @@ TEST(PeerHelper, APeerDoneFirstGetsALargerShareUpToTheBound) {
   }
 }
 
-// A zone its user drives (no progress thread): ProtectionZone::progress
-// moves the peer's part and counts it as work done, so a loop that polls
-// while there is work (the agent's linger is one) keeps polling through a
-// stream of large transfers.
-TEST(PeerHelper, AUserDrivenZoneCountsThePartItMovesAsWork) {
-  ::setenv("REMORA_SAMEHOST", "1", 1);
-  struct Unset {
-    ~Unset() { ::unsetenv("REMORA_SAMEHOST"); }
-  } unset;
-  Fabric fabric = MUST(Fabric::open());
-  ZoneOptions zo;
-  zo.progress_thread = false;  // the test decides when the target looks
-  ProtectionZone tz = MUST(fabric.create_zone(zo)), iz = MUST(fabric.create_zone(zo));
-  CompletionQueue tcq = MUST(tz.create_cq()), icq = MUST(iz.create_cq());
-  std::vector<std::uint8_t> tmem(256 * 1024, 0);
-  MemoryRegion tmr = MUST(tz.register_memory(tmem.data(), tmem.size(), Access::all));
-  const RemoteRegion rr = MUST(tmr.remote());
-  Listener lis = MUST(tz.listen("127.0.0.1", 0));
-  EndpointOptions to, io;
-  to.send_cq = &tcq;
-  io.send_cq = &icq;
-  Endpoint tep = MUST(tz.create_endpoint(to)), iep = MUST(iz.create_endpoint(io));
-  ASSERT_OK(iep.connect("127.0.0.1", lis.port()));
-  auto req = next_request_driven(lis, tz, iz);
-  ASSERT_TRUE(req.ok()) << "no connection request";
-  ASSERT_OK(req->accept(tep));
-  ASSERT_TRUE(wait_for([&] {
-    (void)tz.progress();
-    (void)iz.progress();
-    return takes_pulls(iep);
-  })) << "the target's ring never said it takes parts";
-  // Nothing else pending: a look finds no work.
-  for (int i = 0; i < 50; ++i) {
-    (void)tz.progress();
-    (void)iz.progress();
-  }
-  EXPECT_EQ(MUST(tz.progress()), 0u);
-
-  const auto src = bytes_of(64 * 1024, 9);
-  detail::MutexLock lock(iep.impl()->mu);
-  detail::EndpointImpl& ep = *iep.impl();
-  std::atomic<std::uint64_t> offered{0};
-  unsigned share = FarHand::kHalfShare;
-  detail::PullHand hand(*ep.outbox, *ep.direct_peer, offered, share);
-  const std::uint64_t key = rr.key();
-  iovec r{tmem.data() + 4096, src.size()}, s{const_cast<std::uint8_t*>(src.data()), src.size()};
-  ASSERT_TRUE(hand.offer(true, &key, &r, 1, &s, 1));
-  EXPECT_GE(MUST(tz.progress()), 1u) << "the part moved was not counted";
-  EXPECT_EQ(moved_for_peer(tep), 1u);
-  EXPECT_EQ(hand.finish(), static_cast<ssize_t>(src.size()));
-  EXPECT_FALSE(hand.taken_back());
-  EXPECT_EQ(0, std::memcmp(tmem.data() + 4096, src.data(), src.size()));
-}
-
 // A part whose message is shorter than it says, or names no range, breaks
 // the ring's rules: the target ends the connection with nothing written.
 TEST(PeerHelper, AMalformedPartEndsTheConnection) {

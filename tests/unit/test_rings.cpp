@@ -5,8 +5,10 @@
 // shared mappings exercise the real path.
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 
@@ -222,6 +224,38 @@ class RingsDriven : public ::testing::Test {
   Listener lis;
   Endpoint tep, iep;
 };
+
+// A zone its user drives (no progress thread): ProtectionZone::progress
+// moves the peer's part of a split transfer (docs/design.md, "The peer moves
+// half") and counts it as work done, so a loop that polls while there is
+// work (the agent's linger is one) keeps polling through a stream of large
+// transfers.
+TEST_F(RingsDriven, AUserDrivenZoneCountsThePeersPartItMovesAsWork) {
+  auto takes_pulls = [&] {
+    detail::MutexLock lock(iep.impl()->mu);
+    return iep.impl()->outbox && iep.impl()->outbox_takes_pulls;
+  };
+  for (int i = 0; i < 5000 && !takes_pulls(); ++i) settle(1);
+  ASSERT_TRUE(takes_pulls()) << "the target's ring never said it takes parts";
+  // Nothing else pending: a look finds no work.
+  settle();
+  EXPECT_EQ(MUST(tz.progress()), 0u);
+
+  const auto src = pattern(32 * 1024, 9);
+  detail::MutexLock lock(iep.impl()->mu);
+  detail::EndpointImpl& ep = *iep.impl();
+  std::atomic<std::uint64_t> offered{0};
+  unsigned share = detail::direct::FarHand::kHalfShare;
+  detail::PullHand hand(*ep.outbox, *ep.direct_peer, offered, share);
+  const std::uint64_t key = rr.key();
+  iovec r{tmem.data() + 4096, src.size()}, s{const_cast<std::uint8_t*>(src.data()), src.size()};
+  ASSERT_TRUE(hand.offer(true, &key, &r, 1, &s, 1));
+  EXPECT_GE(MUST(tz.progress()), 1u) << "the part moved was not counted";
+  EXPECT_EQ(tep.impl()->pulls_moved_for_peer.load(), 1u);
+  EXPECT_EQ(hand.finish(), static_cast<ssize_t>(src.size()));
+  EXPECT_FALSE(hand.taken_back());
+  EXPECT_EQ(0, std::memcmp(tmem.data() + 4096, src.data(), src.size()));
+}
 
 // A full ring holds the sender's later sends back (deferred, in order) until
 // the receiver takes messages; nothing is lost or reordered.
