@@ -4,8 +4,6 @@
 // number formats of their JSON and table output.
 #pragma once
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
@@ -13,6 +11,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "cpu_time.hpp"
 
 namespace remora::bench {
 
@@ -33,13 +33,8 @@ inline double percentile(std::vector<double>& v, double p) {
   return v[k];
 }
 
-/// User + system CPU seconds this process used so far.
-inline double cpu_seconds() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
+/// User + system CPU seconds this process used so far (tools/cpu_time.hpp).
+using tools::cpu_seconds;
 
 /// "what: strerror(errno)".
 inline std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }

@@ -504,7 +504,7 @@ class Issuer {
     if (measured) m.lat_ns.reserve(std::min<std::uint64_t>(iters, std::uint64_t{1} << 22));
 
     std::uint64_t posted = 0, done = 0;
-    const double cpu_start = process_cpu_seconds();
+    const double cpu_start = tools::cpu_seconds();
     const std::uint64_t t_start = now_ns();
     std::uint64_t t_last = t_start;
     std::uint64_t next_report = progress_after_ns != 0 ? t_start + progress_after_ns : UINT64_MAX;
@@ -578,7 +578,7 @@ class Issuer {
     }
     m.iters = done;
     m.seconds = static_cast<double>(t_last - t_start) / 1e9;
-    m.cpu_seconds = process_cpu_seconds() - cpu_start;
+    m.cpu_seconds = tools::cpu_seconds() - cpu_start;
     return m;
   }
 

@@ -9,7 +9,6 @@
 // must not link Remora.
 #pragma once
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +24,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "cpu_time.hpp"
 #include "perf_cli.hpp"
 
 namespace remora::perf {
@@ -34,15 +34,6 @@ inline std::uint64_t now_ns() {
   return static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
           .count());
-}
-
-/// User + system CPU time of this process (all its threads) so far, in
-/// seconds (getrusage(RUSAGE_SELF); 0 if it fails).
-inline double process_cpu_seconds() {
-  rusage ru{};
-  if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
-  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
-  return sec(ru.ru_utime) + sec(ru.ru_stime);
 }
 
 /// One size's measured run.

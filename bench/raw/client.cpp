@@ -15,7 +15,7 @@ namespace {
 
 using remora::perf::Measurement;
 using remora::perf::now_ns;
-using remora::perf::process_cpu_seconds;
+using remora::tools::cpu_seconds;
 
 constexpr std::chrono::seconds kConnectTimeout{10};
 constexpr std::chrono::seconds kStallTimeout{10};
@@ -180,7 +180,7 @@ class Client {
     std::uint64_t posted = 0;
     std::uint64_t done = 0;
     std::uint64_t empty_polls = 0;
-    const double cpu_start = process_cpu_seconds();
+    const double cpu_start = cpu_seconds();
     const std::uint64_t t_start = now_ns();
     std::uint64_t t_last = t_start;
     std::uint64_t next_report = t_start + std::chrono::nanoseconds(kProgressAfter).count();
@@ -235,7 +235,7 @@ class Client {
     }
     m.iters = done;
     m.seconds = static_cast<double>(t_last - t_start) / 1e9;
-    m.cpu_seconds = process_cpu_seconds() - cpu_start;
+    m.cpu_seconds = cpu_seconds() - cpu_start;
     return m;
   }
 
