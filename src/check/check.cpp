@@ -318,6 +318,7 @@ struct SegCopy {
 
 struct OpRecord {
   std::uint64_t cookie = 0;
+  std::uint64_t endpoint = 0;  // Endpoint::id
   Opcode opcode = Opcode::write;
   bool gather = false;   // write or send: the memory is read by the transport
   bool scatter = false;  // read: the memory is written at completion
@@ -367,7 +368,7 @@ namespace {
 constexpr std::uint8_t kPoison = 0xA5;
 
 /// Compare each segment of `r` with its copy; report the first difference.
-void compare(const EndpointImpl& ep, OpRecord& r, const char* kind, const char* what) {
+void compare(OpRecord& r, const char* kind, const char* what) {
   if (r.reported) return;
   for (std::size_t i = 0; i < r.segs.size(); ++i) {
     SegCopy& s = r.segs[i];
@@ -381,7 +382,7 @@ void compare(const EndpointImpl& ep, OpRecord& r, const char* kind, const char* 
     f.message = std::string(to_string(r.opcode)) + ": " + what + " (segment " + std::to_string(i) + ")";
     f.has_cookie = true;
     f.cookie = r.cookie;
-    f.endpoint = ep.id;
+    f.endpoint = r.endpoint;
     f.region = region_name(s.key, s.base);
     f.offset = off + d.v.front().first;
     f.length = d.v.back().second - d.v.front().first;
@@ -570,6 +571,7 @@ void Checker::on_post(EndpointImpl& ep, OpSlot& s, const Operation& op) {
   if (!copy && !persist_track && !nc_track) return;
   auto rec = std::unique_ptr<OpRecord, OpRecordFree>(new OpRecord);
   rec->cookie = cookie;
+  rec->endpoint = ep.id;
   rec->opcode = op.opcode;
   if (copy) {
     rec->gather = gather;
@@ -636,17 +638,16 @@ void Checker::on_post(EndpointImpl& ep, OpSlot& s, const Operation& op) {
   s.check = std::move(rec);
 }
 
-void Checker::on_take(EndpointImpl& ep, OpSlot& s) {
+void Checker::on_take(EndpointImpl&, OpSlot& s) {
   if (s.check->gather)
-    compare(ep, *s.check, "changed_before_transport",
-            "gather memory changed after the post, before the transport took it");
+    compare(*s.check, "changed_before_transport", "gather memory changed after the post, before the transport took it");
 }
 
-void Checker::on_complete(EndpointImpl& ep, OpSlot& s) {
+RecordPtr Checker::on_complete(EndpointImpl& ep, OpSlot& s) {
   OpRecord& r = *s.check;
-  if (r.gather) compare(ep, r, "changed_before_completion", "gather memory changed before the completion");
+  if (r.gather) compare(r, "changed_before_completion", "gather memory changed before the completion");
   if (r.scatter) {
-    compare(ep, r, "changed_before_completion", "scatter memory written by the consumer before the completion");
+    compare(r, "changed_before_completion", "scatter memory written by the consumer before the completion");
     if (!s.done.status && !r.staging.empty()) {
       std::size_t at = 0;
       for (auto& seg : r.segs) {
@@ -697,6 +698,24 @@ void Checker::on_complete(EndpointImpl& ep, OpSlot& s) {
       std::erase_if(ws, [](const PendingWrite& w) { return w.uncovered.empty(); });
     }
   }
+  // The consumer may change the memory only once it reaps the completion,
+  // which the agent thread may have made long before (a loaded machine): the
+  // record rides with the completion and is compared once more then.
+  // (Only the copies move: the slot keeps its staging until it is released,
+  // as the transport may still hold it.)
+  if (!r.gather || r.reported || s.done.status) return nullptr;
+  RecordPtr later(new OpRecord);
+  later->cookie = r.cookie;
+  later->endpoint = r.endpoint;
+  later->opcode = r.opcode;
+  later->gather = true;
+  later->segs = std::move(r.segs);
+  r.segs.clear();
+  return later;
+}
+
+void on_reap(OpRecord& r) {
+  if (r.gather) compare(r, "changed_before_completion", "gather memory changed before the completion was reaped");
 }
 
 void Checker::on_incoming(EndpointImpl& ep) {

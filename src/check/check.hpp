@@ -53,6 +53,7 @@ struct OpRecord;
 struct OpRecordFree {
   void operator()(OpRecord* r) const noexcept;
 };
+using RecordPtr = std::unique_ptr<OpRecord, OpRecordFree>;
 /// Per-region state (crash images, non-coherent views).
 struct RegionState;
 struct RegionStateFree {
@@ -72,8 +73,11 @@ class Checker {
   void on_post(EndpointImpl& ep, OpSlot& s, const Operation& op);
   /// The transport is about to take `s` (post_slot).
   void on_take(EndpointImpl& ep, OpSlot& s);
-  /// `s` is reported (posting order), status in s.done.
-  void on_complete(EndpointImpl& ep, OpSlot& s);
+  /// `s` is reported (posting order), status in s.done. Returns the record
+  /// when the gather memory is to be compared once more when the consumer
+  /// reaps the completion (a successful write or send with no finding yet):
+  /// it rides with that completion (CqImpl::push, on_reap).
+  RecordPtr on_complete(EndpointImpl& ep, OpSlot& s);
   /// Something arrived for the endpoint (a message or a write with
   /// immediate data): incoming writes before it on the ordered connection
   /// have landed (non-coherent emulation scans the zone's regions).
@@ -97,6 +101,11 @@ class Checker {
 /// off. Errors: invalid_argument for a bad `spec` (a bad environment value
 /// is reported on stderr and ignored).
 Result<std::shared_ptr<Checker>> make(const std::string& spec);
+
+/// The consumer reaps the completion `r` rode with (that of its operation,
+/// or, for an unsignalled one, the next completion its endpoint reported):
+/// the gather memory must still be what was posted.
+void on_reap(OpRecord& r);
 
 /// One finding, as reported (tests of the report machinery use it directly).
 struct Finding {

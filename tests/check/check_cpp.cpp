@@ -109,6 +109,32 @@ int reuse(bool bug) {
   return 0;
 }
 
+// Check 2 when the completion is made before the change but reaped after
+// it (the agent thread of a loaded machine makes it early; here the
+// program's own progress() does, without taking it): an unsignalled write
+// (0x15) and a signalled one (0x16), both completed, then the unsignalled
+// one's buffer changed (bug: only the reaped 0x16 says the memory is free),
+// or changed after the reap (ok).
+int reuse_reaped(bool bug) {
+  Pair p;
+  open_pair(p);
+  std::vector<char> target(8192, 0), source(8192, 's');
+  auto tmr = must(p.tz.register_memory(target.data(), target.size(), Access::all), "register");
+  auto smr = must(p.iz.register_memory(source.data(), source.size(), Access::local_read), "register");
+  auto rr = must(tmr.remote(), "remote");
+  Segment first(smr, 0, 4096), second(smr, 4096, 4096);
+  must(p.iep.write({&first, 1}, rr, 0, 0x15, PostFlags::unsignalled), "write");
+  must(p.iep.write({&second, 1}, rr, 4096, 0x16), "write");
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (p.icq.progress() == 0)
+    if (std::chrono::steady_clock::now() > deadline) die("no completion made");
+  if (bug) std::memset(source.data() + 300, 'X', 16);  // made, not reaped: the bug
+  wait_one(p.icq, 0x16);
+  if (!bug) std::memset(source.data() + 300, 'X', 16);
+  if (std::memcmp(target.data(), std::string(8192, 's').data(), 8192) != 0) die("target data wrong");
+  return 0;
+}
+
 // Check 2 with a fenced write: it waits behind a read until the program
 // polls, so the transport takes it after the change (bug). Without `strict`
 // the target then holds the changed bytes; with it, the data of the post.
@@ -258,6 +284,8 @@ int run(int argc, char** argv) {
   if (s == "reuse-bug") return reuse(true);
   if (s == "reuse-ok") return reuse(false);
   if (s == "reuse-fenced-bug") return reuse_fenced();
+  if (s == "reuse-reaped-bug") return reuse_reaped(true);
+  if (s == "reuse-reaped-ok") return reuse_reaped(false);
   if (s == "reuse-read-bug") return reuse_read(true);
   if (s == "reuse-read-ok") return reuse_read(false);
   if (s == "crash-ok") return crash("ok", dir);

@@ -19,11 +19,11 @@ namespace {
 thread_local const CqImpl* tl_taking = nullptr;
 }  // namespace
 
-void CqImpl::push(Completion c) {
+void CqImpl::push(Completion c, std::vector<check::RecordPtr> checks) {
   {
     std::lock_guard<std::mutex> lock(mu);
     if (queue.empty() && fd_in_use && tl_taking != this) signal.raise();
-    queue.push_back(std::move(c));
+    queue.push_back({std::move(c), std::move(checks)});
     queued.store(queue.size(), std::memory_order_relaxed);
   }
   cv.notify_all();
@@ -45,10 +45,12 @@ std::size_t CqImpl::drive_and_take(std::span<Completion> out) {
 }
 
 std::size_t CqImpl::take(std::span<Completion> out) {
-  std::lock_guard<std::mutex> lock(mu);
+  std::vector<check::RecordPtr> reaped;  // remora-check's, compared below
+  std::unique_lock<std::mutex> lock(mu);
   std::size_t n = std::min(out.size(), queue.size());
   for (std::size_t i = 0; i < n; ++i) {
-    out[i] = std::move(queue.front());
+    out[i] = std::move(queue.front().c);
+    for (auto& r : queue.front().checks) reaped.push_back(std::move(r));
     queue.pop_front();
   }
   queued.store(queue.size(), std::memory_order_relaxed);
@@ -62,6 +64,8 @@ std::size_t CqImpl::take(std::span<Completion> out) {
     else
       signal.raise();
   }
+  lock.unlock();
+  for (auto& r : reaped) check::on_reap(*r);
   return n;
 }
 
