@@ -703,7 +703,7 @@ RecordPtr Checker::on_complete(EndpointImpl& ep, OpSlot& s) {
   // record rides with the completion and is compared once more then.
   // (Only the copies move: the slot keeps its staging until it is released,
   // as the transport may still hold it.)
-  if (!r.gather || r.reported || s.done.status) return nullptr;
+  if (!r.gather || r.reported || s.done.status || !s.signalled) return nullptr;
   RecordPtr later(new OpRecord);
   later->cookie = r.cookie;
   later->endpoint = r.endpoint;

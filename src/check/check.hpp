@@ -75,8 +75,8 @@ class Checker {
   void on_take(EndpointImpl& ep, OpSlot& s);
   /// `s` is reported (posting order), status in s.done. Returns the record
   /// when the gather memory is to be compared once more when the consumer
-  /// reaps the completion (a successful write or send with no finding yet):
-  /// it rides with that completion (CqImpl::push, on_reap).
+  /// reaps the completion (a successful signalled write or send with no
+  /// finding yet): it rides with that completion (CqImpl::push, on_reap).
   RecordPtr on_complete(EndpointImpl& ep, OpSlot& s);
   /// Something arrived for the endpoint (a message or a write with
   /// immediate data): incoming writes before it on the ordered connection
@@ -102,9 +102,8 @@ class Checker {
 /// is reported on stderr and ignored).
 Result<std::shared_ptr<Checker>> make(const std::string& spec);
 
-/// The consumer reaps the completion `r` rode with (that of its operation,
-/// or, for an unsignalled one, the next completion its endpoint reported):
-/// the gather memory must still be what was posted.
+/// The consumer reaps the completion `r` rode with: the gather memory must
+/// still be what was posted.
 void on_reap(OpRecord& r);
 
 /// One finding, as reported (tests of the report machinery use it directly).

@@ -240,11 +240,11 @@ struct CqImpl {
   std::shared_ptr<ZoneImpl> zone;
   std::mutex mu;
   std::condition_variable cv;
-  // remora-check: the records a completion carries (check::on_reap when it
-  // is taken); empty when checking is off.
+  // remora-check: the record a completion carries (check::on_reap when it
+  // is taken); null when checking is off.
   struct Entry {
     Completion c;
-    std::vector<check::RecordPtr> checks;
+    check::RecordPtr check;
   };
   std::deque<Entry> queue;
   // queue.size(), written under mu, read without it by a poster
@@ -326,7 +326,7 @@ struct CqImpl {
   // thread that waits for it, with one wake-up.
   std::atomic<int> sleepers{0};
 
-  void push(Completion c, std::vector<check::RecordPtr> checks = {});
+  void push(Completion c, check::RecordPtr check = nullptr);
   std::size_t take(std::span<Completion> out);
   /// drive(), then take(): what poll() and wait() do. While this thread
   /// drives, the completions it makes for this queue do not raise the
@@ -567,11 +567,6 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   std::uint32_t in_flight REMORA_GUARDED_BY(mu) = 0;         // posted to the transport, not yet completed
   std::deque<std::uint32_t> deferred REMORA_GUARDED_BY(mu);  // waiting behind a fence
   std::deque<std::uint32_t> order REMORA_GUARDED_BY(mu);     // every slot in use, in posting order
-  // remora-check: records of completed unsignalled writes and sends, to be
-  // compared when the next completion reported on this queue is reaped
-  // (check::Checker::on_complete). At most kCheckCarry are kept.
-  std::vector<check::RecordPtr> check_carry REMORA_GUARDED_BY(mu);
-  static constexpr std::size_t kCheckCarry = 256;
   // Receive buffers, all posted: kRxInitial at first, one more per message
   // received up to options.max_recv (post_rx). A deque, so that growing
   // never moves the contexts the transport holds.

@@ -575,18 +575,15 @@ void EndpointImpl::report_in_order() {
   while (!order.empty() && slots[order.front()].finished) {
     OpSlot& s = slots[order.front()];
     order.pop_front();
-    if (s.check)
-      if (auto later = zone->check->on_complete(*this, s)) {  // remora-check (docs/check.md)
-        if (check_carry.size() == kCheckCarry) check_carry.erase(check_carry.begin());
-        check_carry.push_back(std::move(later));
-      }
+    check::RecordPtr later;                                   // remora-check (docs/check.md): compared again
+    if (s.check) later = zone->check->on_complete(*this, s);  // when the completion is reaped
     Completion c = s.done;
     const bool report = c.status || s.signalled;
     if (s.posted)
       s.reported = true;  // the transport still holds its context: released by handle() or flush_all()
     else
       release_slot(s.index);
-    if (report) send_cq->push(std::move(c), std::exchange(check_carry, {}));
+    if (report) send_cq->push(std::move(c), std::move(later));
   }
 }
 
@@ -603,7 +600,6 @@ void EndpointImpl::flush_all() {
   for (OpSlot& s : slots)
     if (s.reported) release_slot(s.index);
   deferred.clear();
-  check_carry.clear();
   gathered.clear();
   gathered_bytes = 0;
   gathered_writes = 0;

@@ -19,11 +19,11 @@ namespace {
 thread_local const CqImpl* tl_taking = nullptr;
 }  // namespace
 
-void CqImpl::push(Completion c, std::vector<check::RecordPtr> checks) {
+void CqImpl::push(Completion c, check::RecordPtr check) {
   {
     std::lock_guard<std::mutex> lock(mu);
     if (queue.empty() && fd_in_use && tl_taking != this) signal.raise();
-    queue.push_back({std::move(c), std::move(checks)});
+    queue.push_back({std::move(c), std::move(check)});
     queued.store(queue.size(), std::memory_order_relaxed);
   }
   cv.notify_all();
@@ -50,7 +50,7 @@ std::size_t CqImpl::take(std::span<Completion> out) {
   std::size_t n = std::min(out.size(), queue.size());
   for (std::size_t i = 0; i < n; ++i) {
     out[i] = std::move(queue.front().c);
-    for (auto& r : queue.front().checks) reaped.push_back(std::move(r));
+    if (queue.front().check) reaped.push_back(std::move(queue.front().check));
     queue.pop_front();
   }
   queued.store(queue.size(), std::memory_order_relaxed);
