@@ -323,6 +323,7 @@ struct OpRecord {
   bool gather = false;   // write or send: the memory is read by the transport
   bool scatter = false;  // read: the memory is written at completion
   bool reported = false;
+  bool reaped = false;  // the consumer reaps a completion of its own (signalled)
   std::vector<SegCopy> segs;
   std::vector<std::uint8_t> staging;
   std::unique_ptr<backend::MemoryKey> staging_key;
@@ -573,6 +574,7 @@ void Checker::on_post(EndpointImpl& ep, OpSlot& s, const Operation& op) {
   rec->cookie = cookie;
   rec->endpoint = ep.id;
   rec->opcode = op.opcode;
+  rec->reaped = s.signalled && !(face_cookie.set && face_cookie.suppressed);
   if (copy) {
     rec->gather = gather;
     rec->scatter = op.opcode == Opcode::read;
@@ -703,7 +705,7 @@ RecordPtr Checker::on_complete(EndpointImpl& ep, OpSlot& s) {
   // record rides with the completion and is compared once more then.
   // (Only the copies move: the slot keeps its staging until it is released,
   // as the transport may still hold it.)
-  if (!r.gather || r.reported || s.done.status || !s.signalled) return nullptr;
+  if (!r.gather || r.reported || s.done.status || !r.reaped) return nullptr;
   RecordPtr later(new OpRecord);
   later->cookie = r.cookie;
   later->endpoint = r.endpoint;

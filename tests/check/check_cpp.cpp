@@ -18,6 +18,9 @@
 #include <remora/remora.hpp>
 #include <string>
 #include <vector>
+#ifdef CHECK_CPP_FACE
+#include "check/face.hpp"  // the C faces' hint (check_cpp_face only)
+#endif
 
 using namespace remora;
 using namespace std::chrono_literals;
@@ -116,7 +119,11 @@ int reuse(bool bug) {
 // With `unsignalled`, an unsignalled write (0x17) goes first, and its
 // buffer is changed once both completions are made, before the signalled
 // one's is reaped: the checker does not take that for a bug (docs/check.md).
-int reuse_reaped(bool bug, bool unsignalled = false) {
+// With `suppressed` (check_cpp_face), the write is signalled but posted as
+// a C face posts one whose consumer asked for no completion on success
+// (libdat's DAT_COMPLETION_SUPPRESS_FLAG): its buffer changed before the
+// reap is not a bug either, as that consumer never reaps it.
+int reuse_reaped(bool bug, bool unsignalled = false, bool suppressed = false) {
   Pair p;
   open_pair(p);
   std::vector<char> target(16384, 0), source(16384, 's');
@@ -125,14 +132,23 @@ int reuse_reaped(bool bug, bool unsignalled = false) {
   auto rr = must(tmr.remote(), "remote");
   Segment quiet(smr, 8192, 8192), seg(smr, 0, 8192);
   if (unsignalled) must(p.iep.write({&quiet, 1}, rr, 8192, 0x17, PostFlags::unsignalled), "write");
-  must(p.iep.write({&seg, 1}, rr, 0, 0x15), "write");
+  if (suppressed) {
+#ifdef CHECK_CPP_FACE
+    const remora::detail::check::FaceCookie hint(0x18, true);
+    must(p.iep.write({&seg, 1}, rr, 0, 0x15), "write");
+#else
+    die("reuse-suppressed-ok needs check_cpp_face");
+#endif
+  } else {
+    must(p.iep.write({&seg, 1}, rr, 0, 0x15), "write");
+  }
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   while (p.icq.progress() == 0)
     if (std::chrono::steady_clock::now() > deadline) die("no completion made");
-  if (bug) std::memset(source.data() + 300, 'X', 16);  // made, not reaped: the bug
+  if (bug || suppressed) std::memset(source.data() + 300, 'X', 16);  // made, not reaped: the bug
   if (unsignalled) std::memset(source.data() + 9000, 'Y', 16);
   wait_one(p.icq, 0x15);
-  if (!bug) std::memset(source.data() + 300, 'X', 16);
+  if (!bug && !suppressed) std::memset(source.data() + 300, 'X', 16);
   if (std::memcmp(target.data(), std::string(16384, 's').data(), unsignalled ? 16384 : 8192) != 0)
     die("target data wrong");
   return 0;
@@ -290,6 +306,7 @@ int run(int argc, char** argv) {
   if (s == "reuse-reaped-bug") return reuse_reaped(true);
   if (s == "reuse-reaped-ok") return reuse_reaped(false);
   if (s == "reuse-unsignalled-ok") return reuse_reaped(false, true);
+  if (s == "reuse-suppressed-ok") return reuse_reaped(false, false, true);
   if (s == "reuse-read-bug") return reuse_read(true);
   if (s == "reuse-read-ok") return reuse_read(false);
   if (s == "crash-ok") return crash("ok", dir);

@@ -232,7 +232,9 @@ DAT_RETURN post(DAT_EP_HANDLE h, Op op, DAT_COUNT n, const DAT_LMR_TRIPLET* iov,
   const remora::PostFlags pf =
       (flags & DAT_COMPLETION_BARRIER_FENCE_FLAG) ? remora::PostFlags::fence : remora::PostFlags::none;
   std::span<const remora::Segment> s(segs, static_cast<std::size_t>(used));
-  remora::detail::check::FaceCookie named(cookie.as_64);  // remora-check reports the DAT cookie
+  // remora-check reports the DAT cookie; a suppressed completion is never
+  // reaped by the consumer (the core's is taken by the EVD and dropped).
+  remora::detail::check::FaceCookie named(cookie.as_64, (flags & DAT_COMPLETION_SUPPRESS_FLAG) != 0);
   remora::Result<void> r;
   switch (op) {
     case Op::send: r = ep->rep.send(s, token, pf); break;
