@@ -24,7 +24,8 @@ struct FabricOptions {
   std::string address = "127.0.0.1";  ///< local address to bind (selects the interface)
   bool busy_poll = false;             ///< target agents spin instead of sleeping
   /// remora-check (docs/check.md): checks to run, as in REMORA_CHECK
-  /// ("reuse", "strict", "crash", "noncoherent", "all", "report=PATH", ...).
+  /// ("reuse", "strict", "crash", "noncoherent", "all", "report=PATH", ...;
+  /// "coherent" keeps "noncoherent" off for a program with no sync call).
   /// The environment variable, when set, applies as well. Empty: off.
   std::string check = {};
   /// The same-host direct path (docs/design.md, "Same-host direct path"):

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -221,6 +222,8 @@ Result<void> parse(std::string_view spec, Config& c) {
       c.crash = true;
     } else if (w == "noncoherent") {
       c.noncoherent = true;
+    } else if (w == "coherent") {
+      c.coherent = true;
     } else if (w == "all" || w == "1") {
       c.reuse = c.crash = c.noncoherent = true;
     } else if (key == "report" && !val.empty()) {
@@ -264,6 +267,16 @@ Result<std::shared_ptr<Checker>> make(const std::string& spec) {
   }
   if (!parse(spec, c)) return Errc::invalid_argument;
   if (const char* env = std::getenv("REMORA_CHECK_REPORT"); env != nullptr && *env != '\0') c.report = env;
+  if (c.coherent && c.noncoherent) {
+    // Emulated non-coherent memory shows poison until the program syncs,
+    // and this program has no call to sync with (librpma's face says so).
+    c.noncoherent = false;
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      std::fprintf(stderr,
+                   "remora-check: noncoherent is off: this program's API assumes coherent memory and has no sync call "
+                   "(docs/check.md)\n");
+  }
   if (!c.any()) return std::shared_ptr<Checker>{};
   Global& g = global();
   {

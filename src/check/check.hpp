@@ -31,6 +31,7 @@ struct Config {
   bool strict = false;       ///< check 2, strict: the data at post time is what is sent
   bool crash = false;        ///< check 3: crash images of persistent regions, unflushed writes
   bool noncoherent = false;  ///< check 1: emulated non-coherent memory (requires_sync)
+  bool coherent = false;     ///< the program has no sync call (librpma): check 1 stays off
   std::string report;        ///< JSON report written at exit ("" : none)
   std::string crash_dir;     ///< where crash images go ("" : none written)
   /// Crash points: 0 = at the end only; -1 = after every PERSISTENT flush
@@ -42,7 +43,8 @@ struct Config {
 };
 
 /// Parse a spec: comma-separated words, `reuse`, `strict` (implies reuse),
-/// `crash`, `noncoherent`, `all` (the three checks), `report=PATH`,
+/// `crash`, `noncoherent`, `all` (the three checks), `coherent` (the
+/// program assumes coherent memory: check 1 stays off), `report=PATH`,
 /// `crash_dir=DIR`, `crash_at=end|all|random|N`, `exitcode=N`. Unknown words
 /// give invalid_argument. Merges into `into`.
 Result<void> parse(std::string_view spec, Config& into);

@@ -98,6 +98,8 @@ static int reuse(int bug)
 	if (bug)
 		memset(source + 2048, 'X', 32);
 	expect_wc(cq, 0x91);
+	if (!bug)
+		REQUIRE(memcmp(target, source, BIG) == 0);
 	pair_close(&p);
 	REQUIRE_OK(rpma_mr_remote_delete(&dst));
 	REQUIRE_OK(rpma_mr_dereg(&src_mr));

@@ -44,6 +44,9 @@ TEST(CheckSpec, Words) {
   EXPECT_EQ(parsed("crash=3").crash_at, 3);
   EXPECT_EQ(parsed("crash_at=random").crash_at, -2);
   EXPECT_EQ(parsed("crash,crash_at=end").crash_at, 0);
+  auto k = parsed("all,coherent");
+  EXPECT_TRUE(k.coherent && k.noncoherent);  // make() turns noncoherent off
+  EXPECT_FALSE(parsed("all").coherent);
 }
 
 TEST(CheckSpec, RefusesWhatItDoesNotKnow) {
@@ -83,12 +86,19 @@ TEST(CheckFabric, BadSpecIsRefusedAndNoncoherentReportsRequiresSync) {
   auto nc = remora::Fabric::open({.provider = "tcp", .address = "127.0.0.1", .check = "noncoherent,exitcode=0"});
   ASSERT_TRUE(nc.ok());
   EXPECT_TRUE(nc->info().requires_sync);
+  // A program with no sync call (librpma's face) keeps check 1 off.
+  auto kept = remora::Fabric::open({.provider = "tcp", .address = "127.0.0.1", .check = "all,coherent,exitcode=0"});
+  ASSERT_TRUE(kept.ok());
+  EXPECT_FALSE(kept->info().requires_sync);
   // The environment turns checking on for a program that asks for nothing.
   ::setenv("REMORA_CHECK", "noncoherent,exitcode=0", 1);
   auto env = remora::Fabric::open({.provider = "tcp", .address = "127.0.0.1"});
-  ::unsetenv("REMORA_CHECK");
   ASSERT_TRUE(env.ok());
   EXPECT_TRUE(env->info().requires_sync);
+  auto env_kept = remora::Fabric::open({.provider = "tcp", .address = "127.0.0.1", .check = "coherent"});
+  ::unsetenv("REMORA_CHECK");
+  ASSERT_TRUE(env_kept.ok());
+  EXPECT_FALSE(env_kept->info().requires_sync);
 }
 
 TEST(CheckReport, FindingsAreCounted) {

@@ -292,6 +292,7 @@ int rpma_utils_get_ibv_context(const char* addr, enum rpma_util_ibv_context_type
   if (it == g_devices->end()) {
     remora::FabricOptions fo;
     fo.address = local;
+    fo.check = "coherent";  // remora-check: librpma has no sync call, so check 1 stays off
     if (const char* prov = std::getenv("REMORA_PROVIDER")) fo.provider = prov;
     auto fab = remora::Fabric::open(fo);
     if (!fab) {
