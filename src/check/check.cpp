@@ -583,7 +583,7 @@ void Checker::on_post(EndpointImpl& ep, OpSlot& s, const Operation& op) {
   }
   const bool nc_track = config_.noncoherent && rma && op.local != nullptr;
   if (!copy && !persist_track && !nc_track) return;
-  auto rec = std::unique_ptr<OpRecord, OpRecordFree>(new OpRecord);
+  RecordPtr rec(new OpRecord);
   rec->cookie = cookie;
   rec->endpoint = ep.id;
   rec->opcode = op.opcode;
@@ -730,7 +730,7 @@ RecordPtr Checker::on_complete(EndpointImpl& ep, OpSlot& s) {
 }
 
 void on_reap(OpRecord& r) {
-  if (r.gather) compare(r, "changed_before_completion", "gather memory changed before the completion was reaped");
+  compare(r, "changed_before_completion", "gather memory changed before the completion was reaped");
 }
 
 void Checker::on_incoming(EndpointImpl& ep) {

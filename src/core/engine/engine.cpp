@@ -575,8 +575,10 @@ void EndpointImpl::report_in_order() {
   while (!order.empty() && slots[order.front()].finished) {
     OpSlot& s = slots[order.front()];
     order.pop_front();
-    check::RecordPtr later;                                   // remora-check (docs/check.md): compared again
-    if (s.check) later = zone->check->on_complete(*this, s);  // when the completion is reaped
+    // remora-check (docs/check.md): a record to compare again when the
+    // completion is reaped, riding with it.
+    check::RecordPtr later;
+    if (s.check) later = zone->check->on_complete(*this, s);
     Completion c = s.done;
     const bool report = c.status || s.signalled;
     if (s.posted)
