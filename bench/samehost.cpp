@@ -5,6 +5,11 @@
 //   cma            process_vm_writev from this process into a buffer of a
 //                  forked child (cross-memory attach); bandwidth per size and
 //                  the latency of one 8-byte write
+//   cma-pair       writes at queue depth 16 in batches of 16, each write cut
+//                  in two: this process moves the lower parts with one
+//                  process_vm_writev while the child moves the upper parts
+//                  with one process_vm_readv (the most two processes get
+//                  from cross-memory attach; 8 KiB and larger)
 //   libfabric-shm  libfabric's shm provider, FI_EP_RDM endpoints in this
 //                  process and a forked child: fi_write bandwidth at queue
 //                  depth 16 (delivery-complete and default completion) and
@@ -24,6 +29,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -33,6 +39,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -43,6 +50,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <new>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -95,13 +103,14 @@ constexpr remora::tools::Option<Config> kOptions[] = {
      }},
     {"-D|--duration", "SECONDS", "length of one repetition of one engine and size (default 0.3)",
      [](Config& c, std::string_view v) { c.duration_s = remora::tools::parse_seconds("--duration", v, 0.001, 60); }},
-    {"--only", "ENGINE[,ENGINE...]", "run only these engines: memcpy, cma, libfabric-shm",
+    {"--only", "ENGINE[,ENGINE...]", "run only these engines: memcpy, cma, cma-pair, libfabric-shm",
      [](Config& c, std::string_view v) {
        for (std::string_view rest = v;;) {
          const auto comma = rest.find(',');
          const auto name = rest.substr(0, comma);
-         if (name != "memcpy" && name != "cma" && name != "libfabric-shm")
-           throw UsageError("--only: unknown engine '" + std::string(name) + "' (memcpy, cma, libfabric-shm)");
+         if (name != "memcpy" && name != "cma" && name != "cma-pair" && name != "libfabric-shm")
+           throw UsageError("--only: unknown engine '" + std::string(name) +
+                            "' (memcpy, cma, cma-pair, libfabric-shm)");
          if (comma == std::string_view::npos) break;
          rest.remove_prefix(comma + 1);
        }
@@ -557,6 +566,135 @@ void run_cma(const Config& cfg, Output& out) {
   if (const int st = child.finish(); st != 0) throw Error("cma: the child exited with status " + std::to_string(st));
 }
 
+// ---------------------------------------------------------------- cma-pair
+//
+// The most two processes get from cross-memory attach for writes of one
+// size at queue depth 16: the writes go in batches of 16, and each batch is
+// cut at the page boundary nearest the middle of every write. This process
+// moves the lower parts with one process_vm_writev call while the child
+// moves the upper parts from this process's source with one
+// process_vm_readv call, each pinning the other's pages; both spin on a
+// shared page between batches. It is the same-host direct path's split
+// (docs/design.md, "The peer moves half") without anything else the path
+// does: no checks, no completions, no last bytes placed after the rest.
+
+// The batch handed to the child, in memory both processes map.
+struct PairJob {
+  std::atomic<std::uint64_t> posted{0};  // batches posted (the job below is for this one)
+  std::atomic<std::uint64_t> done{0};    // batches the child finished
+  std::atomic<std::int64_t> err{0};      // the child's errno when its call came up short
+  std::size_t size = 0, cut = 0;
+  std::size_t at[kQueueDepth] = {};  // the writes' offsets in the child's target
+};
+
+void relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+void run_cma_pair(const Config& cfg, Output& out) {
+  std::vector<std::size_t> sizes;
+  for (const std::size_t size : cfg.sizes)
+    if (size >= 2 * 4096) sizes.push_back(size);  // a cut needs two pages
+  if (sizes.empty()) return;
+  const std::size_t max_size = *std::max_element(sizes.begin(), sizes.end());
+  void* shared = mmap(nullptr, sizeof(PairJob), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shared == MAP_FAILED) throw Error(errno_text("mmap the shared job"));
+  struct Unmap {
+    void* p;
+    ~Unmap() { munmap(p, sizeof(PairJob)); }
+  } unmap{shared};
+  auto* job = new (shared) PairJob;
+  // The source, allocated before the fork: the child knows its address.
+  Buffer src(max_size, 0);
+  const pid_t parent = getpid();
+  const std::size_t target_len = target_length(cfg, max_size);
+  Child child([&](int fd) {
+    Buffer target(target_len, 0);
+    send_msg(fd, "ok " + std::to_string(reinterpret_cast<std::uintptr_t>(target.data())));
+    std::uint64_t seen = 0;
+    child_serve(fd, target.data(), [&] {
+      const std::uint64_t n = job->posted.load(std::memory_order_acquire);
+      if (n == seen) {
+        relax();
+        return;
+      }
+      seen = n;
+      iovec mine[kQueueDepth], theirs[kQueueDepth];
+      const std::size_t part = job->size - job->cut;
+      for (unsigned k = 0; k < kQueueDepth; ++k) {
+        mine[k] = iovec{target.data() + job->at[k] + job->cut, part};
+        theirs[k] = iovec{src.data() + job->cut, part};
+      }
+      const ssize_t moved = process_vm_readv(parent, mine, kQueueDepth, theirs, kQueueDepth, 0);
+      job->err.store(moved == static_cast<ssize_t>(part * kQueueDepth) ? 0 : (moved < 0 ? errno : EIO),
+                     std::memory_order_relaxed);
+      job->done.store(n, std::memory_order_release);
+    });
+    return 0;
+  });
+  const pid_t pid = child.pid();
+  const auto hello = recv_msg(child.fd(), kWaitLimit);
+  std::uintptr_t remote = 0;
+  if (!hello || std::sscanf(hello->c_str(), "ok %" SCNuPTR, &remote) != 1)
+    throw Error("cma-pair: the child did not send its buffer's address");
+  {
+    iovec local{src.data(), kLatencySize}, far{reinterpret_cast<void*>(remote), kLatencySize};
+    if (process_vm_writev(pid, &local, 1, &far, 1, 0) != static_cast<ssize_t>(kLatencySize)) {
+      const int e = errno;
+      out.skipped("cma-pair", std::string("process_vm_writev refused: ") + std::strerror(e));
+      return;
+    }
+  }
+  std::uint64_t batches = 0, next = 0;
+  auto batch = [&](std::size_t size) {
+    const std::size_t cut = size / 2 / 4096 * 4096;
+    iovec local[kQueueDepth], far[kQueueDepth];
+    job->size = size;
+    job->cut = cut;
+    for (unsigned k = 0; k < kQueueDepth; ++k) {
+      job->at[k] = walk_at(cfg, next++, size);
+      local[k] = iovec{src.data(), cut};
+      far[k] = iovec{reinterpret_cast<void*>(remote + job->at[k]), cut};
+    }
+    job->posted.store(++batches, std::memory_order_release);
+    const ssize_t moved = process_vm_writev(pid, local, kQueueDepth, far, kQueueDepth, 0);
+    if (moved != static_cast<ssize_t>(cut * kQueueDepth))
+      throw Error(std::string("cma-pair: process_vm_writev: ") + (moved < 0 ? std::strerror(errno) : "short"));
+    const auto deadline = Clock::now() + kWaitLimit;
+    for (unsigned spins = 0; job->done.load(std::memory_order_acquire) != batches; ++spins) {
+      relax();
+      if (spins % 4096 == 4095 && Clock::now() > deadline) throw Error("cma-pair: the child's part did not end");
+    }
+    return static_cast<int>(job->err.load(std::memory_order_relaxed));
+  };
+  if (const int e = batch(sizes.front()); e != 0) {
+    // The child may not read this process (ptrace scope 1 lets a process
+    // attach to its descendants only).
+    out.skipped("cma-pair", std::string("the child's process_vm_readv refused: ") + std::strerror(e) +
+                                (e == EPERM ? " (ptrace scope: see /proc/sys/kernel/yama/ptrace_scope)" : ""));
+    return;
+  }
+  for (const std::size_t size : sizes) {
+    std::memset(src.data(), fill_byte(size), size);
+    next = 0;
+    Row r{"cma-pair", "write", size, kQueueDepth, "", {}, {}, {}, {}, 0};
+    auto run = [&](std::uint64_t n) {
+      for (std::uint64_t i = 0; i < n; i += kQueueDepth)
+        if (const int e = batch(size); e != 0)
+          throw Error(std::string("cma-pair: the child's process_vm_readv: ") + std::strerror(e));
+    };
+    const std::uint64_t chunk = std::max<std::uint64_t>(kQueueDepth, (std::size_t{1} << 20) / size);
+    timed(cfg.duration_s / 4, chunk, run);
+    for (unsigned rep = 0; rep < cfg.reps; ++rep) add_batch(r, timed(cfg.duration_s, chunk, run));
+    child.check(size, fill_byte(size));
+    out.row(r);
+  }
+  if (const int st = child.finish(); st != 0)
+    throw Error("cma-pair: the child exited with status " + std::to_string(st));
+}
+
 // ---------------------------------------------------------------- libfabric shm
 
 void check_fi(long rc, const char* what) {
@@ -884,7 +1022,8 @@ std::string usage() {
          " [--size BYTES[,BYTES...]] [--reps N] [-D SECONDS] [--only ENGINE[,...]] [--target-span BYTES]\n"
          " [--json]\n\n"
          "Same-host baselines, one run: single-thread memcpy, process_vm_writev into a child process\n"
-         "(cma) and libfabric's shm provider between two processes. Latency rows copy 8 bytes.\n"
+         "(cma), the same split over both processes (cma-pair) and libfabric's shm provider between two\n"
+         "processes. Latency rows copy 8 bytes.\n"
          "The watchdog limit (seconds one measurement may take) is REMORA_BENCH_WATCHDOG_S, else\n"
          "REMORA_PERF_WATCHDOG_S, else 60.\n\noptions:\n" +
          remora::tools::options_help<Config>(kOptions);
@@ -919,7 +1058,8 @@ int main(int argc, char** argv) {
     std::string_view name;
     void (*run)(const Config&, Output&);
   };
-  for (const Engine& e : {Engine{"memcpy", run_memcpy}, Engine{"cma", run_cma}, Engine{"libfabric-shm", run_shm}}) {
+  for (const Engine& e : {Engine{"memcpy", run_memcpy}, Engine{"cma", run_cma}, Engine{"cma-pair", run_cma_pair},
+                          Engine{"libfabric-shm", run_shm}}) {
     if (!wanted(cfg, e.name)) continue;
     try {
       e.run(cfg, out);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -513,8 +514,10 @@ class PullHand final : public direct::FarHand {
   PullHand(direct::Outbox& out, direct::Peer& peer, std::atomic<std::uint64_t>& offered, unsigned& share) noexcept
       : out_(out), peer_(peer), offered_(offered), share_(share) {}
   bool offer(bool write, const std::uint64_t* keys, const iovec* remote, std::size_t nr, const iovec* local,
-             std::size_t n) noexcept override;
+             std::size_t n, const Tails* tails) noexcept override;
+  bool tails_go(bool whole) noexcept override;
   ssize_t finish() noexcept override;
+  bool tails_placed() const noexcept override { return placed_; }
   unsigned share() const noexcept override { return share_; }
   static constexpr unsigned kMinShare = 8, kMaxShare = 48;
   /// The peer answered that it cannot reach this process (EPERM, ESRCH):
@@ -528,7 +531,11 @@ class PullHand final : public direct::FarHand {
   direct::Peer& peer_;
   std::atomic<std::uint64_t>& offered_;
   unsigned& share_;
-  wire::RingPull* pull_ = nullptr;  // the message offered, in the peer's ring
+  wire::RingPull* pull_ = nullptr;    // the message offered, in the peer's ring
+  wire::PullTails* tails_ = nullptr;  // its last bytes' trailer, when it has one
+  bool placed_ = false;
+  bool gate_seen_ = false;   // tails_go looked at the peer's part
+  bool peer_first_ = false;  // and found it done
   bool unreachable_ = false;
   bool taken_back_ = false;
 };
@@ -689,6 +696,8 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   // and the peer's parts this side moved (tests).
   std::atomic<std::uint64_t> pulls_offered{0};
   std::atomic<std::uint64_t> pulls_moved_for_peer{0};
+  // The peer's batches whose last bytes this side placed (wire::PullTails).
+  std::atomic<std::uint64_t> tails_placed_for_peer{0};
   // The peer's share of this endpoint's splits, in 64ths (PullHand).
   unsigned pull_share REMORA_GUARDED_BY(mu) = direct::FarHand::kHalfShare;
   // Sends placed in the peer's inbox, and messages taken from this side's
@@ -823,6 +832,14 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   // A ring_pull message from the peer (its bytes in this side's inbox):
   // moved when the peer has not taken it back. False when it is malformed.
   bool take_pull(std::span<const std::uint8_t> bytes) REMORA_REQUIRES(mu);
+  // The last bytes of the peer's batch (wire::PullTails, `ranges` and
+  // `bytes` checked by take_pull), once this side's part of it moved in
+  // full (`started` when it began): waits for the peer's part, at most
+  // about as long again, and places them all or none.
+  void place_tails(wire::PullTails& t, const wire::PullRange* ranges, const std::uint8_t* bytes,
+                   std::chrono::steady_clock::time_point started) REMORA_REQUIRES(mu);
+  // place_tails waits for the peer's part at least this long.
+  static constexpr std::chrono::microseconds kTailsPatience{50};
   // Whether this endpoint's split transfers may offer their second part to
   // the peer now (PullHand).
   bool pulls_now() const REMORA_REQUIRES(mu) {

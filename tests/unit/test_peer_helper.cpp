@@ -49,22 +49,53 @@ std::vector<std::uint8_t> bytes_of(std::size_t n, unsigned seed) {
 }
 
 /// A second hand that stands in for the peer process (this one: the
-/// transfers go to this process's own pid).
+/// transfers go to this process's own pid). With `tails` other than none it
+/// takes a batch's last bytes with the part: `place` copies them after its
+/// part once the gate is open, `unplaced` opens the gate but places nothing.
 class FakeFar : public FarHand {
  public:
   enum class Mode { move, refuse, give_back, short_by_half };
-  explicit FakeFar(Mode m) : mode(m) {}
+  enum class TailsMode { none, place, unplaced };
+  explicit FakeFar(Mode m, TailsMode t = TailsMode::none) : mode(m), tails_mode(t) {}
   bool offer(bool write, const std::uint64_t* keys, const iovec* remote, std::size_t nr, const iovec* local,
-             std::size_t n) noexcept override {
+             std::size_t n, const Tails* tails) noexcept override {
     ++offers;
     if (mode == Mode::refuse) return false;
     w = write;
     ranges.assign(remote, remote + nr);
     segs.assign(local, local + n);
     offered_keys.assign(keys, keys + nr);
+    if (tails != nullptr && tails_mode != TailsMode::none) {
+      tail_ranges.assign(tails->remote, tails->remote + tails->nr);
+      tail_keys.assign(tails->keys, tails->keys + tails->nr);
+      tail_bytes.clear();
+      for (std::size_t i = 0; i < tails->n; ++i) {
+        const auto* b = static_cast<const std::uint8_t*>(tails->local[i].iov_base);
+        tail_bytes.insert(tail_bytes.end(), b, b + tails->local[i].iov_len);
+      }
+    }
     return true;
   }
+  bool tails_go(bool whole) noexcept override {
+    if (tail_ranges.empty()) return false;
+    if (at_gate) at_gate();
+    gate_open = whole;
+    return whole;
+  }
+  bool tails_placed() const noexcept override { return placed; }
   ssize_t finish() noexcept override {
+    const ssize_t n = move_part();
+    if (n >= 0 && gate_open && tails_mode == TailsMode::place) {
+      std::size_t at = 0;
+      for (const iovec& r : tail_ranges) {
+        std::memcpy(r.iov_base, tail_bytes.data() + at, r.iov_len);
+        at += r.iov_len;
+      }
+      placed = true;
+    }
+    return n;
+  }
+  ssize_t move_part() noexcept {
     if (mode == Mode::give_back) return -1;
     // The peer's call: it reads our segments into its ranges (a write) or
     // writes its ranges to our segments (a read).
@@ -89,11 +120,17 @@ class FakeFar : public FarHand {
   }
   unsigned share() const noexcept override { return peer_share; }
   Mode mode;
+  TailsMode tails_mode;
   unsigned peer_share = kHalfShare;
   int offers = 0;
   bool w = false;
   std::vector<iovec> ranges, segs;
   std::vector<std::uint64_t> offered_keys;
+  std::vector<iovec> tail_ranges;
+  std::vector<std::uint64_t> tail_keys;
+  std::vector<std::uint8_t> tail_bytes;
+  std::function<void()> at_gate;  // called when the caller opens the gate
+  bool gate_open = false, placed = false;
 };
 
 TEST(PeerHelperCopier, EveryByteLandsWhoeverMovesTheSecondPart) {
@@ -193,6 +230,73 @@ TEST(PeerHelperCopier, ABatchsSecondPartCarriesEachWritesKey) {
     const auto at = static_cast<std::uint8_t*>(far.ranges[r].iov_base);
     const std::size_t k = static_cast<std::size_t>(at - (dst.data() + 100)) / kEach;
     EXPECT_EQ(far.offered_keys[r], keys[k]) << r;
+  }
+}
+
+// A batch's last bytes go with the peer's part: each write's last
+// kLastBytes under its key, with their bytes. The caller opens the gate only
+// once its own part landed, and the last bytes are not placed before it;
+// when the peer placed them the caller makes no call of its own for them,
+// and when the peer takes none or places none the caller places them all.
+// Every byte lands in every case.
+TEST(PeerHelperCopier, ABatchsLastBytesGoWithThePeersPartAndLandLast) {
+  constexpr std::size_t kEach = 32 * 1024 + 300, kWrites = 16, kStride = kEach + 4096 + 7;
+  const std::size_t last = detail::direct::kLastBytes;
+  for (FakeFar::TailsMode mode : {FakeFar::TailsMode::none, FakeFar::TailsMode::place, FakeFar::TailsMode::unplaced}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    std::vector<std::uint8_t> dst(kWrites * kStride + 4096, 0xA5);
+    auto src = bytes_of(kWrites * kEach, 11 + static_cast<unsigned>(mode));
+    iovec local[kWrites], remote[kWrites];
+    std::uint64_t keys[kWrites];
+    for (std::size_t k = 0; k < kWrites; ++k) {
+      local[k] = iovec{src.data() + k * kEach, kEach};
+      remote[k] = iovec{dst.data() + 100 + k * kStride, kEach};
+      keys[k] = 500 + k;
+    }
+    FakeFar far(FakeFar::Mode::move, mode);
+    bool checked_at_gate = false;
+    far.at_gate = [&] {
+      // Every byte of the bodies outside the peer's ranges is there, and no
+      // write's last bytes.
+      for (std::size_t k = 0; k < kWrites; ++k) {
+        auto* at = static_cast<std::uint8_t*>(remote[k].iov_base);
+        for (std::size_t i = 0; i + last < kEach; ++i) {
+          const bool peers = std::any_of(far.ranges.begin(), far.ranges.end(), [&](const iovec& r) {
+            auto* b = static_cast<std::uint8_t*>(r.iov_base);
+            return at + i >= b && at + i < b + r.iov_len;
+          });
+          if (!peers) {
+            ASSERT_EQ(at[i], src[k * kEach + i]) << "write " << k << " byte " << i;
+          }
+        }
+        for (std::size_t i = kEach - last; i < kEach; ++i) ASSERT_EQ(at[i], 0xA5) << "write " << k;
+      }
+      checked_at_gate = true;
+    };
+    const std::uint64_t by_peer = detail::direct::copies_tails_by_peer();
+    ASSERT_EQ(write_ranges(::getpid(), local, kWrites, remote, kWrites, true, keys, &far),
+              static_cast<ssize_t>(kWrites * kEach));
+    for (std::size_t k = 0; k < kWrites; ++k) {
+      auto* at = static_cast<std::uint8_t*>(remote[k].iov_base);
+      ASSERT_EQ(0, std::memcmp(at, src.data() + k * kEach, kEach)) << "write " << k;
+      ASSERT_EQ(at[-1], 0xA5);
+      ASSERT_EQ(at[kEach], 0xA5);
+    }
+    if (mode == FakeFar::TailsMode::none) {
+      EXPECT_FALSE(checked_at_gate);
+      EXPECT_EQ(detail::direct::copies_tails_by_peer(), by_peer);
+      continue;
+    }
+    EXPECT_TRUE(checked_at_gate);
+    ASSERT_EQ(far.tail_ranges.size(), kWrites);
+    ASSERT_EQ(far.tail_bytes.size(), kWrites * last);
+    for (std::size_t k = 0; k < kWrites; ++k) {
+      EXPECT_EQ(far.tail_ranges[k].iov_base, static_cast<std::uint8_t*>(remote[k].iov_base) + kEach - last) << k;
+      EXPECT_EQ(far.tail_ranges[k].iov_len, last);
+      EXPECT_EQ(far.tail_keys[k], keys[k]);
+      EXPECT_EQ(0, std::memcmp(far.tail_bytes.data() + k * last, src.data() + (k + 1) * kEach - last, last)) << k;
+    }
+    EXPECT_EQ(detail::direct::copies_tails_by_peer(), by_peer + (mode == FakeFar::TailsMode::place ? 1 : 0));
   }
 }
 
@@ -430,7 +534,7 @@ TEST(PeerHelper, APartUnderAForgedKeyOrOutsideItsRegionMovesNothing) {
       unsigned share = detail::direct::FarHand::kHalfShare;
       detail::PullHand hand(*ep.outbox, *ep.direct_peer, offered, share);
       iovec r{reinterpret_cast<void*>(k.addr), src.size()}, s{src.data(), src.size()};
-      ASSERT_TRUE(hand.offer(true, &k.key, &r, 1, &s, 1));
+      ASSERT_TRUE(hand.offer(true, &k.key, &r, 1, &s, 1, nullptr));
       std::this_thread::sleep_for(20ms);
       EXPECT_EQ(hand.finish(), -1);
       answered = !hand.taken_back();
@@ -461,7 +565,7 @@ TEST(PeerHelper, APeerDoneFirstGetsALargerShareUpToTheBound) {
       EXPECT_EQ(hand.share(), start);
       const std::uint64_t key = p->rr.key();
       iovec r{p->target_mem.data() + 100, src.size()}, s{const_cast<std::uint8_t*>(src.data()), src.size()};
-      ASSERT_TRUE(hand.offer(true, &key, &r, 1, &s, 1));
+      ASSERT_TRUE(hand.offer(true, &key, &r, 1, &s, 1, nullptr));
       std::this_thread::sleep_for(20ms);
       const ssize_t n = hand.finish();
       moved = !hand.taken_back();
@@ -472,6 +576,207 @@ TEST(PeerHelper, APeerDoneFirstGetsALargerShareUpToTheBound) {
     ASSERT_TRUE(moved) << "the target's agent never took the part";
     EXPECT_EQ(0, std::memcmp(p->target_mem.data() + 100, src.data(), src.size()));
     EXPECT_EQ(share, std::min(start + 1, detail::PullHand::kMaxShare));
+  }
+}
+
+// ---- a batch's last bytes, placed by the target (wire::PullTails) ----
+
+std::uint64_t tails_placed_for_peer(const Endpoint& ep) { return ep.impl()->tails_placed_for_peer.load(); }
+
+/// One offer through the initiator's own hand: `len` bytes of `src` into the
+/// target at `at` under the region's key, with one last-bytes range of
+/// `tail` (its bytes) at `tail_at` under `tail_key`; `gate` runs right after
+/// the offer (false: the round does not count), `late` once the target had
+/// 20 ms, `after` when finish() returned. Repeated until the target's agent took the part (rather than the
+/// hand taking it back) in a round that counts: false when it never did.
+/// (A gate opened right after the offer can still find the target given up:
+/// this thread descheduled for longer than the target waits, when the bell
+/// woke the target's agent on this thread's CPU.)
+bool offer_with_tail(Pair& p, const std::vector<std::uint8_t>& src, std::size_t at, std::uint64_t tail_key,
+                     std::uint64_t tail_at, const std::vector<std::uint8_t>& tail,
+                     const std::function<bool(detail::PullHand&)>& gate,
+                     const std::function<void(detail::PullHand&, ssize_t)>& after,
+                     const std::function<void(detail::PullHand&)>& late = nullptr) {
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    detail::MutexLock lock(p.iep.impl()->mu);
+    detail::EndpointImpl& ep = *p.iep.impl();
+    std::atomic<std::uint64_t> offered{0};
+    unsigned share = FarHand::kHalfShare;
+    detail::PullHand hand(*ep.outbox, *ep.direct_peer, offered, share);
+    const std::uint64_t key = p.rr.key();
+    iovec r{p.target_mem.data() + at, src.size()}, s{const_cast<std::uint8_t*>(src.data()), src.size()};
+    iovec tr{reinterpret_cast<void*>(tail_at), tail.size()}, ts{const_cast<std::uint8_t*>(tail.data()), tail.size()};
+    const FarHand::Tails tails{&tail_key, &tr, 1, &ts, 1};
+    if (!hand.offer(true, &key, &r, 1, &s, 1, &tails)) return false;
+    const bool counts = !gate || gate(hand);
+    std::this_thread::sleep_for(20ms);
+    if (late) late(hand);
+    const ssize_t n = hand.finish();
+    if (hand.taken_back() || !counts) continue;
+    after(hand, n);
+    return true;
+  }
+  return false;
+}
+
+// The gate opened right after the offer: the target moves its part, then
+// copies the last bytes into its memory, and says so.
+TEST(PeerHelper, ABatchsLastBytesAreCopiedByTheTargetOnceTheGateIsOpen) {
+  auto p = pull_pair();
+  ASSERT_TRUE(wait_for([&] { return takes_pulls(p->iep); }));
+  const auto src = bytes_of(64 * 1024, 21), tail = bytes_of(detail::direct::kLastBytes, 22);
+  const auto tail_at = reinterpret_cast<std::uint64_t>(p->target_mem.data()) + 100 + src.size();
+  const std::uint64_t placed = tails_placed_for_peer(p->tep);
+  ASSERT_TRUE(offer_with_tail(
+      *p, src, 100, p->rr.key(), tail_at, tail, [](detail::PullHand& h) { return h.tails_go(true); },
+      [&](detail::PullHand& h, ssize_t n) {
+        EXPECT_EQ(n, static_cast<ssize_t>(src.size()));
+        EXPECT_TRUE(h.tails_placed());
+      }))
+      << "the target's agent never took the part";
+  EXPECT_EQ(0, std::memcmp(p->target_mem.data() + 100, src.data(), src.size()));
+  EXPECT_EQ(0, std::memcmp(p->target_mem.data() + 100 + src.size(), tail.data(), tail.size()));
+  EXPECT_EQ(p->target_mem[99], Pair::kTargetFill);
+  EXPECT_EQ(p->target_mem[100 + src.size() + tail.size()], Pair::kTargetFill);
+  EXPECT_EQ(tails_placed_for_peer(p->tep), placed + 1);
+}
+
+// A gate that stays shut: the target waits for it only so long, then says
+// the initiator places them (the initiator's late tails_go is refused), and
+// its part is done all the same. Until the target is seen giving up (an
+// agent that took the part late, still waiting when the gate opened, placed
+// them: that is checked too).
+TEST(PeerHelper, TheTargetWaitsForTheInitiatorsGateOnlySoLong) {
+  auto p = pull_pair();
+  ASSERT_TRUE(wait_for([&] { return takes_pulls(p->iep); }));
+  const auto src = bytes_of(64 * 1024, 23), tail = bytes_of(detail::direct::kLastBytes, 24);
+  const auto tail_at = reinterpret_cast<std::uint64_t>(p->target_mem.data()) + 100 + src.size();
+  bool gave_up = false;
+  for (int round = 0; round < 20 && !gave_up; ++round) {
+    std::fill(p->target_mem.begin(), p->target_mem.end(), Pair::kTargetFill);
+    const std::uint64_t placed = tails_placed_for_peer(p->tep);
+    bool late_go = false, placed_by_target = false;
+    ASSERT_TRUE(offer_with_tail(
+        *p, src, 100, p->rr.key(), tail_at, tail, nullptr,
+        [&](detail::PullHand& h, ssize_t n) {
+          EXPECT_EQ(n, static_cast<ssize_t>(src.size()));
+          placed_by_target = h.tails_placed();
+        },
+        [&](detail::PullHand& h) { late_go = h.tails_go(true); }));
+    EXPECT_EQ(0, std::memcmp(p->target_mem.data() + 100, src.data(), src.size()));
+    const bool tail_there = std::memcmp(p->target_mem.data() + 100 + src.size(), tail.data(), tail.size()) == 0;
+    EXPECT_EQ(tail_there, placed_by_target);
+    EXPECT_EQ(tails_placed_for_peer(p->tep), placed + (placed_by_target ? 1 : 0));
+    if (!placed_by_target) {
+      EXPECT_FALSE(late_go) << "the gate opened after the target gave up";
+      EXPECT_TRUE(std::all_of(p->target_mem.begin() + 100 + static_cast<std::ptrdiff_t>(src.size()),
+                              p->target_mem.end(), [](std::uint8_t b) { return b == Pair::kTargetFill; }));
+      gave_up = true;
+    }
+  }
+  EXPECT_TRUE(gave_up) << "the target never stopped waiting";
+  EXPECT_EQ(p->tep.state(), EndpointState::connected);
+}
+
+// Last bytes the initiator holds back (its own part came up short), or that
+// the target's table refuses (a forged key, a range past the region's end):
+// none is placed, the part is moved all the same, and the connection stays.
+TEST(PeerHelper, LastBytesHeldBackOrRefusedAreNotPlaced) {
+  auto p = pull_pair();
+  ASSERT_TRUE(wait_for([&] { return takes_pulls(p->iep); }));
+  const auto src = bytes_of(64 * 1024, 25), tail = bytes_of(detail::direct::kLastBytes, 26);
+  const auto base = reinterpret_cast<std::uint64_t>(p->target_mem.data());
+  struct Case {
+    std::uint64_t key, at;
+    bool go;
+    const char* what;
+  } cases[] = {{p->rr.key(), base + 100 + src.size(), false, "held back"},
+               {p->rr.key() ^ 0x5a5a, base + 100 + src.size(), true, "a forged key"},
+               {p->rr.key(), base + p->target_mem.size() - 10, true, "past the region's end"}};
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    std::fill(p->target_mem.begin(), p->target_mem.end(), Pair::kTargetFill);
+    const std::uint64_t placed = tails_placed_for_peer(p->tep);
+    ASSERT_TRUE(offer_with_tail(
+        *p, src, 100, k.key, k.at, tail, [&](detail::PullHand& h) { return h.tails_go(k.go) == k.go; },
+        [&](detail::PullHand& h, ssize_t n) {
+          EXPECT_EQ(n, static_cast<ssize_t>(src.size()));
+          EXPECT_FALSE(h.tails_placed());
+        }));
+    EXPECT_EQ(0, std::memcmp(p->target_mem.data() + 100, src.data(), src.size()));
+    EXPECT_TRUE(std::all_of(p->target_mem.begin() + 100 + static_cast<std::ptrdiff_t>(src.size()), p->target_mem.end(),
+                            [](std::uint8_t b) { return b == Pair::kTargetFill; }));
+    EXPECT_EQ(tails_placed_for_peer(p->tep), placed);
+    EXPECT_EQ(p->tep.state(), EndpointState::connected);
+  }
+}
+
+// Writes posted back to back (one batch, split with the target) through
+// the public API: the target places their last bytes, and every byte lands.
+TEST(PeerHelper, AGatheredBatchsLastBytesArePlacedByTheTarget) {
+  constexpr std::size_t kEach = 32 * 1024, kWrites = 16, kStride = kEach + 1000;
+  auto p = pull_pair();
+  ASSERT_TRUE(wait_for([&] { return takes_pulls(p->iep); }));
+  const std::uint64_t by_peer = detail::direct::copies_tails_by_peer(), placed = tails_placed_for_peer(p->tep);
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  for (unsigned round = 0; tails_placed_for_peer(p->tep) == placed; ++round) {
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "no batch's last bytes were placed by the target";
+    const auto src = bytes_of(kWrites * kEach, 30 + round);
+    std::memcpy(p->local_mem.data(), src.data(), src.size());
+    Completion none[1];
+    (void)p->icq.poll(none);  // this thread polls the queue: the writes are gathered
+    for (std::size_t k = 0; k < kWrites; ++k) {
+      Segment seg(p->lmr, k * kEach, kEach);
+      ASSERT_OK(p->iep.write({&seg, 1}, p->rr, k * kStride, k));
+    }
+    auto c = collect(p->icq, kWrites);
+    ASSERT_EQ(c.size(), kWrites);
+    for (std::size_t k = 0; k < kWrites; ++k) {
+      ASSERT_FALSE(c[k].status) << describe(c[k]);
+      ASSERT_EQ(c[k].cookie, k);
+      ASSERT_EQ(0, std::memcmp(p->target_mem.data() + k * kStride, src.data() + k * kEach, kEach)) << k;
+      ASSERT_EQ(p->target_mem[k * kStride + kEach], Pair::kTargetFill);
+    }
+  }
+  EXPECT_GT(detail::direct::copies_tails_by_peer(), by_peer);
+}
+
+// A trailer that breaks the ring's rules (no range, lengths that do not add
+// up, a range over kLastBytes, last bytes with a read, a cut-off trailer):
+// the target ends the connection with nothing written.
+TEST(PeerHelper, AMalformedTrailerEndsTheConnection) {
+  namespace wire = detail::wire;
+  std::vector<std::uint8_t> src(4096, 0x42), bytes(80, 0x43);
+  for (int shape = 0; shape < 5; ++shape) {
+    SCOPED_TRACE(shape);
+    auto p = pull_pair();
+    ASSERT_TRUE(wait_for([&] { return takes_pulls(p->iep); }));
+    const auto base = reinterpret_cast<std::uint64_t>(p->target_mem.data());
+    wire::RingPull head{wire::kPullPosted, 0, 0, shape == 3 ? 0u : 1u, 1, 1};
+    wire::PullRange range{p->rr.key(), base + 100, src.size()};
+    wire::PullSegment seg{reinterpret_cast<std::uint64_t>(src.data()), src.size()};
+    wire::PullTails t{wire::kTailsWait, 0, 1, 64};
+    wire::PullRange tail{p->rr.key(), base + 100 + src.size(), 64};
+    if (shape == 0) t.count = 0;
+    if (shape == 1) tail.len = 32;  // the trailer says 64 bytes
+    if (shape == 2) t.bytes = tail.len = 65;
+    std::vector<remora::backend::Iov> v = {{&head, sizeof head, nullptr},
+                                           {&range, sizeof range, nullptr},
+                                           {&seg, sizeof seg, nullptr},
+                                           {&t, shape == 4 ? 8 : sizeof t, nullptr}};
+    if (shape != 4) {
+      if (t.count != 0) v.push_back({&tail, sizeof tail, nullptr});
+      v.push_back({bytes.data(), t.bytes, nullptr});
+    }
+    std::size_t total = 0;
+    for (const auto& e : v) total += e.len;
+    {
+      detail::MutexLock lock(p->iep.impl()->mu);
+      ASSERT_TRUE(p->iep.impl()->outbox->put(v, total, wire::data(wire::ring_pull)) != nullptr);
+    }
+    ASSERT_TRUE(wait_for([&] { return p->tep.state() == EndpointState::error; })) << "the target kept the connection";
+    EXPECT_TRUE(
+        std::all_of(p->target_mem.begin(), p->target_mem.end(), [](std::uint8_t b) { return b == Pair::kTargetFill; }));
   }
 }
 

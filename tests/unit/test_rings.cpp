@@ -249,7 +249,7 @@ TEST_F(RingsDriven, AUserDrivenZoneCountsThePeersPartItMovesAsWork) {
   detail::PullHand hand(*ep.outbox, *ep.direct_peer, offered, share);
   const std::uint64_t key = rr.key();
   iovec r{tmem.data() + 4096, src.size()}, s{const_cast<std::uint8_t*>(src.data()), src.size()};
-  ASSERT_TRUE(hand.offer(true, &key, &r, 1, &s, 1));
+  ASSERT_TRUE(hand.offer(true, &key, &r, 1, &s, 1, nullptr));
   EXPECT_GE(MUST(tz.progress()), 1u) << "the part moved was not counted";
   EXPECT_EQ(tep.impl()->pulls_moved_for_peer.load(), 1u);
   EXPECT_EQ(hand.finish(), static_cast<ssize_t>(src.size()));

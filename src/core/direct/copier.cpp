@@ -20,6 +20,7 @@ namespace {
 std::atomic<std::uint64_t> helped{0};
 std::atomic<std::uint64_t> taken_back{0};
 std::atomic<std::uint64_t> moved_by_peer{0};
+std::atomic<std::uint64_t> tails_by_peer{0};
 
 static_assert(kMaxRangeSegments == kMaxRanges * kMaxLocal);
 
@@ -215,9 +216,10 @@ ssize_t far_part(FarHand& far, const Job& job, int& err) noexcept {
 /// The second part `job` (filled in) to the peer when `far` takes it, else to
 /// this process's helper: false when neither can (the caller makes one
 /// call). `*helper` is the helper it went to, or null.
-bool hand_over(const Job& job, const std::uint64_t* keys, FarHand* far, Helper** helper) noexcept {
+bool hand_over(const Job& job, const std::uint64_t* keys, FarHand* far, Helper** helper,
+               const FarHand::Tails* tails = nullptr) noexcept {
   *helper = nullptr;
-  if (far != nullptr && keys != nullptr && far->offer(job.write, keys, job.remote, job.nr, job.local, job.n))
+  if (far != nullptr && keys != nullptr && far->offer(job.write, keys, job.remote, job.nr, job.local, job.n, tails))
     return true;
   Helper* h = Helper::get();
   if (h == nullptr || !h->claim()) return false;
@@ -417,35 +419,52 @@ ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec*
       second += c.body - s0;
     }
   }
+  // The last bytes of every write, in posting order (`ends[k]`: the tail
+  // lists' lengths up to write k): offered to the peer with its part, which
+  // places them once both parts are done (FarHand::tails_go), else moved
+  // here below.
+  iovec tails_local[kListSegments], tails_remote[kMaxRanges];
+  std::uint64_t tail_keys[kMaxRanges] = {};
+  std::size_t tail_n[kMaxRanges + 1] = {}, tail_r[kMaxRanges + 1] = {}, tail_bytes[kMaxRanges + 1] = {};
+  for (std::size_t k = 0; k < nr; ++k) {
+    const Cut& c = w[k];
+    tail_n[k + 1] = tail_n[k];
+    tail_r[k + 1] = tail_r[k];
+    tail_bytes[k + 1] = tail_bytes[k];
+    if (c.body == c.end) continue;
+    tail_n[k + 1] += slice(local, nl, c.from + (c.body - c.at), c.from + (c.end - c.at), tails_local + tail_n[k]);
+    if (keys != nullptr) tail_keys[tail_r[k]] = keys[k];
+    tails_remote[tail_r[k + 1]++] = iovec{reinterpret_cast<void*>(c.body), c.end - c.body};
+    tail_bytes[k + 1] += c.end - c.body;
+  }
+  const FarHand::Tails offered_tails{tail_keys, tails_remote, tail_r[nr], tails_local, tail_n[nr]};
   Helper* h = nullptr;
-  if (!hand_over(job, keys != nullptr ? job_keys : nullptr, far, &h)) return one_call(pid, true, local, nl, remote, nr);
+  if (!hand_over(job, keys != nullptr ? job_keys : nullptr, far, &h, tail_r[nr] > 0 ? &offered_tails : nullptr))
+    return one_call(pid, true, local, nl, remote, nr);
 
   errno = 0;
   const ssize_t moved1 = one_call(pid, true, first_local, fn, first_remote, fr);
   const int err1 = errno;
+  const bool peer_tails = h == nullptr && far->tails_go(moved1 == static_cast<ssize_t>(first));
   int err2 = 0;
   const ssize_t moved2 = h != nullptr ? second_part(*h, err2) : far_part(*far, job, err2);
+  const bool both = moved1 == static_cast<ssize_t>(first) && moved2 == static_cast<ssize_t>(second);
+  if (both && peer_tails && far->tails_placed()) {
+    tails_by_peer.fetch_add(1, std::memory_order_relaxed);
+    return static_cast<ssize_t>(total);
+  }
 
   // The writes whose bodies are whole (all of them, unless a list came up
   // short): their last bytes, in posting order.
-  const std::size_t bodies_whole = moved1 == static_cast<ssize_t>(first) && moved2 == static_cast<ssize_t>(second)
-                                       ? nr
-                                       : std::min(whole(w, nr, 0, cut, moved1), whole(w, nr, cut, UINTPTR_MAX, moved2));
+  const std::size_t bodies_whole =
+      both ? nr : std::min(whole(w, nr, 0, cut, moved1), whole(w, nr, cut, UINTPTR_MAX, moved2));
   ssize_t moved3 = 0;
   int err3 = 0;
-  std::size_t last = 0, placed = 0, done = 0;
+  std::size_t placed = 0, done = 0;
   if (bodies_whole > 0) {
-    iovec tails_local[kListSegments], tails_remote[kMaxRanges];
-    std::size_t tn = 0, tr = 0;
-    for (std::size_t k = 0; k < bodies_whole; ++k) {
-      const Cut& c = w[k];
-      if (c.body == c.end) continue;
-      tn += slice(local, nl, c.from + (c.body - c.at), c.from + (c.end - c.at), tails_local + tn);
-      tails_remote[tr++] = iovec{reinterpret_cast<void*>(c.body), c.end - c.body};
-      last += c.end - c.body;
-    }
+    const std::size_t last = tail_bytes[bodies_whole];
     errno = 0;
-    moved3 = one_call(pid, true, tails_local, tn, tails_remote, tr);
+    moved3 = one_call(pid, true, tails_local, tail_n[bodies_whole], tails_remote, tail_r[bodies_whole]);
     err3 = errno;
     if (moved3 == static_cast<ssize_t>(last) && bodies_whole == nr) return static_cast<ssize_t>(total);
     // The writes whose last bytes all landed are placed in full.
@@ -466,6 +485,7 @@ ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec*
 std::uint64_t copies_helped() noexcept { return helped.load(std::memory_order_relaxed); }
 std::uint64_t copies_taken_back() noexcept { return taken_back.load(std::memory_order_relaxed); }
 std::uint64_t copies_moved_by_peer() noexcept { return moved_by_peer.load(std::memory_order_relaxed); }
+std::uint64_t copies_tails_by_peer() noexcept { return tails_by_peer.load(std::memory_order_relaxed); }
 
 bool copy_helper_allowed_by_environment() noexcept {
   static std::atomic<bool> said{false};

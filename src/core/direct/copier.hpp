@@ -48,12 +48,39 @@ constexpr std::size_t kListSegments = kMaxRangeSegments + kMaxRanges;
 class FarHand {
  public:
   virtual ~FarHand() = default;
+  /// The last bytes of a batch's writes (write_ranges), offered with its
+  /// part: the peer's ranges (`nr`, each at most kLastBytes, in the region
+  /// of its key) and this process's segments holding their bytes (`n`), in
+  /// posting order.
+  struct Tails {
+    const std::uint64_t* keys = nullptr;
+    const iovec* remote = nullptr;
+    std::size_t nr = 0;
+    const iovec* local = nullptr;
+    std::size_t n = 0;
+  };
   /// Offer the part: the peer's ranges (each in the region of its key,
   /// which the peer checks again) and this process's segments, as the call
   /// of this process would move them. False when it cannot be offered now
-  /// (this process's helper thread takes it instead).
+  /// (this process's helper thread takes it instead). `tails` (or null):
+  /// the batch's last bytes, which the peer may place after its part once
+  /// this thread's part is done too (tails_go); taken with the part when
+  /// they fit.
   virtual bool offer(bool write, const std::uint64_t* keys, const iovec* remote, std::size_t nr, const iovec* local,
-                     std::size_t n) noexcept = 0;
+                     std::size_t n, const Tails* tails) noexcept = 0;
+  /// Called once this thread's part is done, before finish(), when the
+  /// offer was taken: `whole`, this thread's part moved in full. True when
+  /// the peer may place the last bytes offered with the part (it then does
+  /// so after its own part, or says it did not: tails_placed); false when
+  /// they are this thread's to place (none offered, `whole` false, or the
+  /// peer stopped waiting for this thread).
+  virtual bool tails_go(bool whole) noexcept {
+    (void)whole;
+    return false;
+  }
+  /// After finish() returned the whole part: the peer placed every last
+  /// byte offered with it, in posting order, after every byte of the batch.
+  virtual bool tails_placed() const noexcept { return false; }
   /// Called once this thread's part is done: takes the part back when the
   /// peer has not started it, else waits until the peer is done. The bytes
   /// the peer moved, or -1 when the part is the caller's to move (taken
@@ -110,7 +137,11 @@ ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, i
 /// the parts below it, the helper those above, at once, each list in
 /// posting order, so every byte is moved by one thread, the writes to it in
 /// posting order; once both are done, this thread moves the last bytes of
-/// every write, in posting order. So the last bytes of each write land
+/// every write, in posting order. (With `far`: the last bytes go with the
+/// peer's part, and the peer copies them into its own memory once its part
+/// is done and this thread said its own is (FarHand::tails_go), without a
+/// system call; whatever it does not place is moved here as before.) So the
+/// last bytes of each write land
 /// after every byte of the writes before it and of itself, as with one
 /// call; and the bytes left are those one call leaves, unless a write's
 /// last bytes lie in the body of a later write: such a batch is one call.
@@ -131,5 +162,7 @@ std::uint64_t copies_helped() noexcept;
 std::uint64_t copies_taken_back() noexcept;
 /// Split transfers whose second part the peer process moved (tests).
 std::uint64_t copies_moved_by_peer() noexcept;
+/// Split batches whose last bytes the peer process placed (tests).
+std::uint64_t copies_tails_by_peer() noexcept;
 
 }  // namespace remora::detail::direct

@@ -126,7 +126,7 @@ Table::~Table() {
 }
 
 int Table::add(std::uint64_t key, std::uint64_t addr, std::uint64_t len, Access access, int share_fd,
-               std::uint64_t share_offset, bool persistent, bool ring_ok, bool huge_moves) {
+               std::uint64_t share_offset, bool persistent, bool ring_ok, bool huge_moves, bool stores) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::size_t start = mix(key) & kMask;
   for (std::size_t i = 0; i < kCapacity; ++i) {
@@ -140,7 +140,8 @@ int Table::add(std::uint64_t key, std::uint64_t addr, std::uint64_t len, Access 
     e.addr.store(addr, std::memory_order_relaxed);
     e.len.store(len, std::memory_order_relaxed);
     e.access.store((has(access, Access::remote_read) ? kRead : 0) | (has(access, Access::remote_write) ? kWrite : 0) |
-                       (persistent ? kPersistent : 0) | (ring_ok ? kRingOk : 0) | (huge_moves ? kHugeMoves : 0),
+                       (persistent ? kPersistent : 0) | (ring_ok ? kRingOk : 0) | (huge_moves ? kHugeMoves : 0) |
+                       (stores ? kStores : 0),
                    std::memory_order_relaxed);
     e.share.store(encode_share(share_fd, share_offset), std::memory_order_relaxed);
     e.state.store(EntryState::live, std::memory_order_release);
@@ -198,13 +199,13 @@ bool Table::remove(int index) {
   return !timed_out;
 }
 
-bool Table::place(std::uint64_t key, std::uint64_t addr, std::span<const std::uint8_t> bytes) noexcept {
+bool Table::place(std::uint64_t key, std::uint64_t addr, std::span<const std::uint8_t> bytes,
+                  std::uint64_t need) noexcept {
   for (int attempt = 0; attempt < 16; ++attempt) {
     const Found f = find_entry(entries(), key);
     if (f.torn) continue;
     const std::uint64_t len = bytes.size();
-    if (f.entry == nullptr || (f.access & kWrite) == 0 || (f.access & kRingOk) == 0 || !inside(f, addr, len))
-      return false;
+    if (f.entry == nullptr || (f.access & kWrite) == 0 || (f.access & need) == 0 || !inside(f, addr, len)) return false;
     if (!enter(f)) continue;
     std::memcpy(reinterpret_cast<void*>(addr), bytes.data(), len);
     leave(f);

@@ -76,6 +76,11 @@ constexpr std::uint64_t kRingOk = 8;
 // split over the initiator's own threads rather than offered to the owner
 // (docs/design.md, "The peer moves half"). Older tables never set it.
 constexpr std::uint64_t kHugeMoves = 16;
+// The owner copies the last bytes of a peer's split batch into the region
+// with a store (wire::PullTails; a region of ordinary memory registered with
+// remote write, which registration found writable where it could tell, as
+// for kRingOk). Read by the owner only.
+constexpr std::uint64_t kStores = 32;
 
 constexpr std::uint64_t kShareable = 1ull << 63;
 /// Entry::share for a region at file offset `offset` (a multiple of 4 KiB
@@ -178,10 +183,12 @@ class Table {
   /// that descriptor (which stays open until remove returns) from that file
   /// offset, so initiators may map it (-1: not shareable). `ring_ok`: the
   /// owner takes writes into it over its rings (kRingOk). `huge_moves`: the
-  /// owner moves its whole huge pages into huge pages (kHugeMoves). Returns
-  /// the entry's index, or -1.
+  /// owner moves its whole huge pages into huge pages (kHugeMoves).
+  /// `stores`: the owner may store a peer's last bytes into it (kStores).
+  /// Returns the entry's index, or -1.
   int add(std::uint64_t key, std::uint64_t addr, std::uint64_t len, Access access, int share_fd = -1,
-          std::uint64_t share_offset = 0, bool persistent = false, bool ring_ok = false, bool huge_moves = false);
+          std::uint64_t share_offset = 0, bool persistent = false, bool ring_ok = false, bool huge_moves = false,
+          bool stores = false);
   /// Revoke entry `index` (from add): after this returns, no initiator that
   /// honours the protocol is inside a transfer to it, and none starts one
   /// (bounded wait: a peer killed inside a transfer never leaves it). False
@@ -194,7 +201,10 @@ class Table {
   /// deregistration waits for the copy. False, with nothing written, when a
   /// check fails (a peer that honours the protocol checked first: the region
   /// was deregistered since, or the peer broke the rules).
-  bool place(std::uint64_t key, std::uint64_t addr, std::span<const std::uint8_t> bytes) noexcept;
+  /// `need`: the entry's bit that allows the store (kRingOk for a ring
+  /// write, kStores for the last bytes of a split batch).
+  bool place(std::uint64_t key, std::uint64_t addr, std::span<const std::uint8_t> bytes,
+             std::uint64_t need = kRingOk) noexcept;
   /// Move the second part of a same-host peer's split transfer (FarHand,
   /// copier.hpp) for it: every range of this process checked against the
   /// table (the entry of its key live, the range inside it, remote write

@@ -5,8 +5,10 @@
 // the peer and moved for it. Runs with the endpoint's `mu` held.
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -228,17 +230,25 @@ namespace {
 std::atomic_ref<std::uint64_t> pull_state(wire::RingPull& p) noexcept {
   return std::atomic_ref<std::uint64_t>(p.state);
 }
+std::atomic_ref<std::uint64_t> tails_gate(wire::PullTails& t) noexcept {
+  return std::atomic_ref<std::uint64_t>(t.gate);
+}
+std::atomic_ref<std::uint64_t> placed_word(wire::PullTails& t) noexcept {
+  return std::atomic_ref<std::uint64_t>(t.placed);
+}
+
+static_assert(wire::kPullTailBytes == direct::kLastBytes);
 
 }  // namespace
 
 bool PullHand::offer(bool write, const std::uint64_t* keys, const iovec* remote, std::size_t nr, const iovec* local,
-                     std::size_t n) noexcept {
+                     std::size_t n, const Tails* tails) noexcept {
   // Only while at least half the ring is free: a part the peer has not
   // taken yet (asleep, busy) keeps its slot until the peer looks, and sends
   // must still find room.
   if (pull_ != nullptr || nr == 0 || 2 * out_.free_slots() <= out_.slots()) return false;
-  const std::size_t bytes = sizeof(wire::RingPull) + nr * sizeof(wire::PullRange) + n * sizeof(wire::PullSegment);
-  if (bytes > out_.slot_size() || nr > direct::kMaxRanges || n > direct::kListSegments) return false;
+  const std::size_t part = sizeof(wire::RingPull) + nr * sizeof(wire::PullRange) + n * sizeof(wire::PullSegment);
+  if (part > out_.slot_size() || nr > direct::kMaxRanges || n > direct::kListSegments) return false;
   wire::RingPull head{
       wire::kPullPosted, 0, 0, write ? 1u : 0u, static_cast<std::uint32_t>(nr), static_cast<std::uint32_t>(n)};
   wire::PullRange ranges[direct::kMaxRanges];
@@ -247,19 +257,66 @@ bool PullHand::offer(bool write, const std::uint64_t* keys, const iovec* remote,
     ranges[k] = wire::PullRange{keys[k], reinterpret_cast<std::uint64_t>(remote[k].iov_base), remote[k].iov_len};
   for (std::size_t i = 0; i < n; ++i)
     segs[i] = wire::PullSegment{reinterpret_cast<std::uint64_t>(local[i].iov_base), local[i].iov_len};
-  const backend::Iov iov[3] = {
+  backend::Iov iov[5 + direct::kListSegments] = {
       {&head, sizeof head}, {ranges, nr * sizeof(wire::PullRange)}, {segs, n * sizeof(wire::PullSegment)}};
-  std::uint8_t* at = out_.put(iov, bytes, wire::data(wire::ring_pull));
+  std::size_t count = 3, bytes = part;
+  // The batch's last bytes after it, when it is a write and they fit: the
+  // trailer, the peer's ranges, then the bytes themselves, copied from this
+  // process's segments now (the sources stay as they are until the writes
+  // complete).
+  wire::PullTails trailer{wire::kTailsWait, 0, 0, 0};
+  wire::PullRange tail_ranges[direct::kMaxRanges];
+  std::size_t tail_bytes = 0;
+  if (write && tails != nullptr && tails->nr > 0 && tails->nr <= direct::kMaxRanges &&
+      tails->n <= direct::kListSegments) {
+    bool fits = true;
+    for (std::size_t k = 0; k < tails->nr; ++k) {
+      fits = fits && tails->remote[k].iov_len <= wire::kPullTailBytes;
+      tail_ranges[k] = wire::PullRange{tails->keys[k], reinterpret_cast<std::uint64_t>(tails->remote[k].iov_base),
+                                       tails->remote[k].iov_len};
+      tail_bytes += tails->remote[k].iov_len;
+    }
+    std::size_t from_local = 0;
+    for (std::size_t i = 0; i < tails->n; ++i) from_local += tails->local[i].iov_len;
+    const std::size_t with = part + sizeof trailer + tails->nr * sizeof(wire::PullRange) + tail_bytes;
+    if (fits && from_local == tail_bytes && with <= out_.slot_size()) {
+      trailer.count = static_cast<std::uint32_t>(tails->nr);
+      trailer.bytes = static_cast<std::uint32_t>(tail_bytes);
+      iov[count++] = {&trailer, sizeof trailer};
+      iov[count++] = {tail_ranges, tails->nr * sizeof(wire::PullRange)};
+      for (std::size_t i = 0; i < tails->n; ++i) iov[count++] = {tails->local[i].iov_base, tails->local[i].iov_len};
+      bytes = with;
+    }
+  }
+  std::uint8_t* at = out_.put({iov, count}, bytes, wire::data(wire::ring_pull));
   if (at == nullptr) return false;
   pull_ = reinterpret_cast<wire::RingPull*>(at);
+  tails_ = bytes > part ? reinterpret_cast<wire::PullTails*>(at + part) : nullptr;
+  placed_ = gate_seen_ = peer_first_ = false;
   offered_.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+bool PullHand::tails_go(bool whole) noexcept {
+  if (tails_ == nullptr) return false;
+  // Whether the peer's part was done before this thread's, for the share
+  // (finish): the peer then waits in the gate, so its part is not done when
+  // finish() looks.
+  gate_seen_ = true;
+  peer_first_ = placed_word(*tails_).load(std::memory_order_acquire) != 0;
+  std::uint64_t expected = wire::kTailsWait;
+  // Lost to the peer only when it stopped waiting (kTailsSender).
+  return tails_gate(*tails_).compare_exchange_strong(expected, whole ? wire::kTailsGo : wire::kTailsNo,
+                                                     std::memory_order_acq_rel) &&
+         whole;
 }
 
 ssize_t PullHand::finish() noexcept {
   if (pull_ == nullptr) return -1;
   wire::RingPull& p = *pull_;
+  wire::PullTails* tails = tails_;
   pull_ = nullptr;
+  tails_ = nullptr;
   std::uint64_t expected = wire::kPullPosted;
   if (pull_state(p).compare_exchange_strong(expected, wire::kPullTakenBack, std::memory_order_acq_rel)) {
     taken_back_ = true;
@@ -268,8 +325,9 @@ ssize_t PullHand::finish() noexcept {
   // The peer is moving it: wait for it (bounded by its copy), looking now
   // and then whether it still lives, and sleeping between looks once the
   // wait is long (a peer stopped by a signal). The peer's share of the next
-  // split moves towards the two parts ending together.
-  if (pull_state(p).load(std::memory_order_acquire) == wire::kPullDone) {
+  // split moves towards the two parts ending together: with last bytes
+  // offered, as tails_go saw the peer's part.
+  if (gate_seen_ ? peer_first_ : pull_state(p).load(std::memory_order_acquire) == wire::kPullDone) {
     if (share_ < kMaxShare) ++share_;
   } else if (share_ > kMinShare) {
     --share_;
@@ -287,6 +345,7 @@ ssize_t PullHand::finish() noexcept {
   }
   out_.acquire_from_owner();
   const std::int64_t moved = p.moved;
+  placed_ = tails != nullptr && placed_word(*tails).load(std::memory_order_acquire) == wire::kTailsPlaced;
   if (moved < 0 && (p.err == EPERM || p.err == ESRCH)) unreachable_ = true;
   return static_cast<ssize_t>(moved);
 }
@@ -318,19 +377,77 @@ bool EndpointImpl::take_pull(std::span<const std::uint8_t> bytes) {
     std::memcpy(&g, at, sizeof g);
     segs[i] = iovec{reinterpret_cast<void*>(g.addr), static_cast<std::size_t>(g.len)};
   }
+  // The batch's last bytes, when the peer sent them (wire::PullTails): checked
+  // here, placed below once both parts are done.
+  wire::PullTails* tails = nullptr;
+  wire::PullRange tail_ranges[direct::kMaxRanges];
+  const std::uint8_t* tail_bytes = nullptr;
+  if (const std::size_t rest = static_cast<std::size_t>(bytes.data() + bytes.size() - at); rest > 0) {
+    wire::PullTails t{};
+    if (head.write == 0 || rest < sizeof t) return false;
+    std::memcpy(&t, at, sizeof t);
+    if (t.count == 0 || t.count > direct::kMaxRanges ||
+        rest != sizeof t + t.count * sizeof(wire::PullRange) + std::size_t{t.bytes})
+      return false;
+    std::size_t sum = 0;
+    for (std::size_t k = 0; k < t.count; ++k) {
+      std::memcpy(&tail_ranges[k], at + sizeof t + k * sizeof(wire::PullRange), sizeof(wire::PullRange));
+      if (tail_ranges[k].len == 0 || tail_ranges[k].len > wire::kPullTailBytes) return false;
+      sum += tail_ranges[k].len;
+    }
+    if (sum != t.bytes) return false;
+    tails = reinterpret_cast<wire::PullTails*>(const_cast<std::uint8_t*>(at));
+    tail_bytes = at + sizeof t + t.count * sizeof(wire::PullRange);
+  }
+  std::size_t want = 0;
+  for (std::size_t k = 0; k < head.ranges; ++k) want += ranges[k].iov_len;
   ssize_t moved = -1;
   int err = ESRCH;
+  const auto started = std::chrono::steady_clock::now();
   if (zone->direct && direct_peer && direct_peer->alive()) {
     moved = zone->direct->move_for_peer(direct_peer->pid(), head.write != 0, keys, ranges, head.ranges, segs,
                                         head.segments);
     err = moved < 0 ? errno : 0;
   }
   if (moved >= 0) pulls_moved_for_peer.fetch_add(1, std::memory_order_relaxed);
+  if (tails != nullptr && moved == static_cast<ssize_t>(want)) place_tails(*tails, tail_ranges, tail_bytes, started);
   p.moved = moved;
   p.err = static_cast<std::uint32_t>(err);
   inbox->release_to_sender();
   pull_state(p).store(wire::kPullDone, std::memory_order_release);
   return true;
+}
+
+void EndpointImpl::place_tails(wire::PullTails& t, const wire::PullRange* ranges, const std::uint8_t* bytes,
+                               std::chrono::steady_clock::time_point started) {
+  // Once the peer's own part is done too (it says so in the gate), each
+  // write's last bytes are copied in posting order: after every byte of the
+  // batch, as the peer's own last call would place them. The wait is
+  // bounded: twice as long as this side's part took, at least kTailsPatience;
+  // then the gate says the peer places them itself.
+  placed_word(t).store(wire::kTailsPartDone, std::memory_order_release);
+  const auto now = std::chrono::steady_clock::now();
+  const auto until = now + std::max<std::chrono::steady_clock::duration>(2 * (now - started), kTailsPatience);
+  std::uint64_t gate = tails_gate(t).load(std::memory_order_acquire);
+  for (unsigned spins = 1; gate == wire::kTailsWait; ++spins) {
+    direct::relax();
+    if (spins % 256 == 0 && std::chrono::steady_clock::now() > until &&
+        tails_gate(t).compare_exchange_strong(gate, wire::kTailsSender, std::memory_order_acq_rel))
+      return;
+    gate = tails_gate(t).load(std::memory_order_acquire);
+  }
+  if (gate != wire::kTailsGo) return;
+  // The peer's part, made by its process_vm_writev before it opened the
+  // gate, is in this process's memory (for ThreadSanitizer, when both
+  // sides are in one process: the gate's release and acquire order it).
+  std::size_t at = 0;
+  for (std::size_t k = 0; k < t.count; at += ranges[k].len, ++k) {
+    if (!zone->direct->place(ranges[k].key, ranges[k].addr, {bytes + at, static_cast<std::size_t>(ranges[k].len)},
+                             direct::kStores))
+      return;  // not placed: the peer places them all itself
+  }
+  placed_word(t).store(wire::kTailsPlaced, std::memory_order_release);
+  tails_placed_for_peer.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool EndpointImpl::ring_idle() {

@@ -199,9 +199,9 @@ Result<std::shared_ptr<RegionImpl>> register_region(const std::shared_ptr<ZoneIm
     // transfers into them over their own threads (kHugeMoves).
     const auto a = reinterpret_cast<std::uint64_t>(addr);
     const bool huge_moves = zone->direct_huge && share_fd < 0 && !direct::whole_huge_pages(a, len).empty();
-    r->direct_slot =
-        zone->direct->add(r->key, a, len, access, share_fd, share_offset, persistent,
-                          zone->ring_writes && share_fd < 0 && has(access, Access::remote_write), huge_moves);
+    r->direct_slot = zone->direct->add(r->key, a, len, access, share_fd, share_offset, persistent,
+                                       zone->ring_writes && share_fd < 0 && has(access, Access::remote_write),
+                                       huge_moves, share_fd < 0 && has(access, Access::remote_write));
   }
   return r;
 }

@@ -89,6 +89,28 @@ struct PullSegment {
   std::uint64_t addr, len;
 };
 constexpr std::uint64_t kPullPosted = 1, kPullRunning = 2, kPullDone = 3, kPullTakenBack = 4;
+/// Optionally after a RingPull's segments: the last bytes of the writes of a
+/// split batch (copier.hpp, write_ranges), which the owner copies into its
+/// memory after its own part, once the sender's part is done too, so that
+/// they land after every byte of the batch. Then `count` PullRange (the
+/// owner's ranges, each at most kPullTailBytes) and their bytes, in posting
+/// order. `gate` (accessed atomically by both) is kTailsWait when sent; the
+/// sender swaps it to kTailsGo when its part is done in full or to kTailsNo
+/// when it is not, and the owner to kTailsSender when it stops waiting for
+/// either. `placed` (0 when sent) is set by the owner: kTailsPartDone when
+/// its part is done and it waits in the gate, kTailsPlaced before kPullDone
+/// when it copied every one. An owner that does not know the trailer leaves
+/// it alone, and the sender places the last bytes itself.
+struct PullTails {
+  std::uint64_t gate;
+  std::uint64_t placed;
+  std::uint32_t count;
+  std::uint32_t bytes;
+};
+static_assert(sizeof(PullTails) == 24);
+constexpr std::uint64_t kTailsWait = 1, kTailsGo = 2, kTailsNo = 3, kTailsSender = 4;
+constexpr std::uint64_t kTailsPlaced = 1, kTailsPartDone = 2;
+constexpr std::size_t kPullTailBytes = 64;
 inline std::uint64_t data(Kind k, std::uint32_t imm = 0) { return (std::uint64_t{k} << 56) | imm; }
 inline Kind kind_of(std::uint64_t d) { return static_cast<Kind>(d >> 56); }
 // A write with immediate also carries its length in bits 32..55 (the tcp
