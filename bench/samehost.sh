@@ -2,7 +2,9 @@
 # The same-host baselines of issue 10 in one run, one table:
 #
 #   1. remora-bench-samehost: single-thread memcpy, process_vm_writev into a
-#      child process (cma), libfabric shm between two processes;
+#      child process (cma), the same split over both processes in batches
+#      of 16 (cma-pair: the most cross-memory attach gives two processes),
+#      libfabric shm between two processes;
 #   2. UCX ucx_perftest over shared memory (UCX_TLS=sm) on 127.0.0.1, if
 #      installed (Debian package ucx-utils): ucp_put_bw at every size and
 #      ucp_put_lat at 8 bytes, on memory UCX allocates itself; and, if built
@@ -130,7 +132,7 @@ fi
 if [[ $SPAN != 0 ]]; then
     echo "samehost.sh: remora-bench-samehost --target-span $SPAN" >&2
     if ! bounded "$BENCH_TIMEOUT" "$SAMEHOST" --json --reps "$REPS" -D "$DURATION" --target-span "$SPAN" \
-            --size 65536,1048576 --only memcpy,cma,libfabric-shm \
+            --size 65536,1048576 --only memcpy,cma,cma-pair,libfabric-shm \
             </dev/null >"$WORK/samehost_span.json" 2>"$WORK/samehost_span.err"; then
         cat "$WORK/samehost_span.err" >&2
         FAILED+=("remora-bench-samehost --target-span")
@@ -432,6 +434,11 @@ notes = [
     "whole life for ucx_perftest; the target process's CPU is not counted (shm's target and UCX's server "
     "spin on a core; Remora's server moves part of large same-host transfers)",
     "libfabric-shm write: qd 16; latency rows: one 8-byte operation at a time, posted and polled for",
+    "cma-pair write: qd 16 writes in batches of 16, each cut at the page nearest its middle: the measuring "
+    "process moves the lower halves with one process_vm_writev while the child moves the upper halves from "
+    "it with one process_vm_readv, both spinning between batches: the same-host direct path's split with "
+    "nothing else (no checks, no completions, no last bytes placed after the rest), the most two processes "
+    "get from cross-memory attach here",
     "remora-tcp: remora-perf over libfabric tcp on 127.0.0.1 (REMORA_SAMEHOST=0), writes delivery-complete (qd 16); "
     "write at 8 bytes (busy-poll): one 8-byte write at a time, target and client busy-polling; "
     "write+flush_vis: an 8-byte write then a VISIBILITY flush, one at a time, target asleep (default) or "
@@ -450,7 +457,7 @@ notes = [
     "REMORA_GATHER_WRITES=0 (each write or read its own call, on the client's thread)",
     "remora-mapped: the same with the server's target buffer from ProtectionZone::allocate "
     "(remora-perf --server --shared-target, a memfd): the client maps it once and copies with memcpy",
-] + ([f"@span: the target is {span_text} long (memcpy's destination, the child's buffer of cma and "
+] + ([f"@span: the target is {span_text} long (memcpy's destination, the child's buffer of cma, cma-pair and "
       "libfabric-shm, the remora-perf server's heap buffer: --target-span) and the writes walk it, each at the "
       "offset after the last one's; memcpy@span is their x memcpy baseline; remora-direct@span: the path on, the "
       "server's region moved into huge pages after registration (the default; the server waits until its huge "
