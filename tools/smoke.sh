@@ -533,6 +533,21 @@ sys.exit(0 if bw and all(r["span"] == 65536 for r in bw) else 1)' "$WORK/samehos
         fail "remora-bench-samehost --target-span: exit $rc"; cat "$WORK/samehost-span.out" "$WORK/samehost-span.err" >&2
     fi
     rc=0
+    timeout 60 "$SAMEHOST" --size 16k --reps 1 -D 0.05 --json --only cma-pair </dev/null \
+        >"$WORK/samehost-pair.out" 2>"$WORK/samehost-pair.err" || rc=$?
+    if [[ $rc -eq 0 ]] && why=$(python3 -c 'import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+if any(r.get("engine") == "cma-pair" and "skipped" in r for r in rows):
+    print("skipped"); sys.exit(0)
+bw = [r for r in rows if r.get("engine") == "cma-pair" and r.get("op") == "write"]
+ok = len(bw) == 1 and bw[0]["size"] == 16384 and bw[0]["qd"] == 16 and bw[0]["gbps"] > 0
+print("measured" if ok else f"bad rows: {rows}")
+sys.exit(0 if ok else 1)' "$WORK/samehost-pair.out" 2>&1); then
+        pass "remora-bench-samehost --only cma-pair ($why)"
+    else
+        fail "remora-bench-samehost --only cma-pair: exit $rc $why"; cat "$WORK/samehost-pair.out" "$WORK/samehost-pair.err" >&2
+    fi
+    rc=0
     timeout 10 "$SAMEHOST" --size 0 >/dev/null 2>&1 || rc=$?
     if [[ $rc -eq 2 ]]; then
         pass "remora-bench-samehost usage error exits 2"

@@ -257,8 +257,10 @@ bool PullHand::offer(bool write, const std::uint64_t* keys, const iovec* remote,
     ranges[k] = wire::PullRange{keys[k], reinterpret_cast<std::uint64_t>(remote[k].iov_base), remote[k].iov_len};
   for (std::size_t i = 0; i < n; ++i)
     segs[i] = wire::PullSegment{reinterpret_cast<std::uint64_t>(local[i].iov_base), local[i].iov_len};
-  backend::Iov iov[5 + direct::kListSegments] = {
-      {&head, sizeof head}, {ranges, nr * sizeof(wire::PullRange)}, {segs, n * sizeof(wire::PullSegment)}};
+  backend::Iov iov[5 + direct::kListSegments];  // filled up to `count`
+  iov[0] = {&head, sizeof head, nullptr};
+  iov[1] = {ranges, nr * sizeof(wire::PullRange), nullptr};
+  iov[2] = {segs, n * sizeof(wire::PullSegment), nullptr};
   std::size_t count = 3, bytes = part;
   // The batch's last bytes after it, when it is a write and they fit: the
   // trailer, the peer's ranges, then the bytes themselves, copied from this
@@ -282,9 +284,10 @@ bool PullHand::offer(bool write, const std::uint64_t* keys, const iovec* remote,
     if (fits && from_local == tail_bytes && with <= out_.slot_size()) {
       trailer.count = static_cast<std::uint32_t>(tails->nr);
       trailer.bytes = static_cast<std::uint32_t>(tail_bytes);
-      iov[count++] = {&trailer, sizeof trailer};
-      iov[count++] = {tail_ranges, tails->nr * sizeof(wire::PullRange)};
-      for (std::size_t i = 0; i < tails->n; ++i) iov[count++] = {tails->local[i].iov_base, tails->local[i].iov_len};
+      iov[count++] = {&trailer, sizeof trailer, nullptr};
+      iov[count++] = {tail_ranges, tails->nr * sizeof(wire::PullRange), nullptr};
+      for (std::size_t i = 0; i < tails->n; ++i)
+        iov[count++] = {tails->local[i].iov_base, tails->local[i].iov_len, nullptr};
       bytes = with;
     }
   }
