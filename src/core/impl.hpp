@@ -832,11 +832,11 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   // A ring_pull message from the peer (its bytes in this side's inbox):
   // moved when the peer has not taken it back. False when it is malformed.
   bool take_pull(std::span<const std::uint8_t> bytes) REMORA_REQUIRES(mu);
-  // The last bytes of the peer's batch (wire::PullTails, `ranges` and
-  // `bytes` checked by take_pull), once this side's part of it moved in
-  // full (`started` when it began): waits for the peer's part, at most
-  // about as long again, and places them all or none.
-  void place_tails(wire::PullTails& t, const wire::PullRange* ranges, const std::uint8_t* bytes,
+  // The last bytes of the peer's batch (wire::PullTails; its `count`
+  // ranges and their `bytes` checked by take_pull), once this side's part of
+  // it moved in full (`started` when it began): waits for the peer's part,
+  // at most about as long again, and places them all or says it did not.
+  void place_tails(wire::PullTails& t, const wire::PullRange* ranges, std::size_t count, const std::uint8_t* bytes,
                    std::chrono::steady_clock::time_point started) REMORA_REQUIRES(mu);
   // place_tails waits for the peer's part at least this long.
   static constexpr std::chrono::microseconds kTailsPatience{50};

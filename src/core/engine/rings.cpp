@@ -382,8 +382,10 @@ bool EndpointImpl::take_pull(std::span<const std::uint8_t> bytes) {
   }
   // The batch's last bytes, when the peer sent them (wire::PullTails): checked
   // here, placed below once both parts are done.
+  // (Read once: the peer could change the ring's copy after the checks.)
   wire::PullTails* tails = nullptr;
   wire::PullRange tail_ranges[direct::kMaxRanges];
+  std::size_t tail_count = 0;
   const std::uint8_t* tail_bytes = nullptr;
   if (const std::size_t rest = static_cast<std::size_t>(bytes.data() + bytes.size() - at); rest > 0) {
     wire::PullTails t{};
@@ -400,6 +402,7 @@ bool EndpointImpl::take_pull(std::span<const std::uint8_t> bytes) {
     }
     if (sum != t.bytes) return false;
     tails = reinterpret_cast<wire::PullTails*>(const_cast<std::uint8_t*>(at));
+    tail_count = t.count;
     tail_bytes = at + sizeof t + t.count * sizeof(wire::PullRange);
   }
   std::size_t want = 0;
@@ -413,7 +416,8 @@ bool EndpointImpl::take_pull(std::span<const std::uint8_t> bytes) {
     err = moved < 0 ? errno : 0;
   }
   if (moved >= 0) pulls_moved_for_peer.fetch_add(1, std::memory_order_relaxed);
-  if (tails != nullptr && moved == static_cast<ssize_t>(want)) place_tails(*tails, tail_ranges, tail_bytes, started);
+  if (tails != nullptr && moved == static_cast<ssize_t>(want))
+    place_tails(*tails, tail_ranges, tail_count, tail_bytes, started);
   p.moved = moved;
   p.err = static_cast<std::uint32_t>(err);
   inbox->release_to_sender();
@@ -421,8 +425,8 @@ bool EndpointImpl::take_pull(std::span<const std::uint8_t> bytes) {
   return true;
 }
 
-void EndpointImpl::place_tails(wire::PullTails& t, const wire::PullRange* ranges, const std::uint8_t* bytes,
-                               std::chrono::steady_clock::time_point started) {
+void EndpointImpl::place_tails(wire::PullTails& t, const wire::PullRange* ranges, std::size_t count,
+                               const std::uint8_t* bytes, std::chrono::steady_clock::time_point started) {
   // Once the peer's own part is done too (it says so in the gate), each
   // write's last bytes are copied in posting order: after every byte of the
   // batch, as the peer's own last call would place them. The wait is
@@ -444,7 +448,7 @@ void EndpointImpl::place_tails(wire::PullTails& t, const wire::PullRange* ranges
   // gate, is in this process's memory (for ThreadSanitizer, when both
   // sides are in one process: the gate's release and acquire order it).
   std::size_t at = 0;
-  for (std::size_t k = 0; k < t.count; at += ranges[k].len, ++k) {
+  for (std::size_t k = 0; k < count; at += ranges[k].len, ++k) {
     if (!zone->direct->place(ranges[k].key, ranges[k].addr, {bytes + at, static_cast<std::size_t>(ranges[k].len)},
                              direct::kStores))
       return;  // not placed: the peer places them all itself
