@@ -419,10 +419,11 @@ ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec*
       second += c.body - s0;
     }
   }
-  // The last bytes of every write, in posting order (`ends[k]`: the tail
-  // lists' lengths up to write k): offered to the peer with its part, which
-  // places them once both parts are done (FarHand::tails_go), else moved
-  // here below.
+  // The last bytes of every write, in posting order (`tail_n[k]`,
+  // `tail_r[k]`, `tail_bytes[k]`: the local segments, the ranges and the
+  // bytes of the writes before write k): offered to the peer with its part,
+  // which places them once both parts are done (FarHand::tails_go), else
+  // moved here below.
   iovec tails_local[kListSegments], tails_remote[kMaxRanges];
   std::uint64_t tail_keys[kMaxRanges] = {};
   std::size_t tail_n[kMaxRanges + 1] = {}, tail_r[kMaxRanges + 1] = {}, tail_bytes[kMaxRanges + 1] = {};
