@@ -505,6 +505,15 @@ void run_memcpy(const Config& cfg, Output& out) {
 
 // ---------------------------------------------------------------- cma
 
+// The address of the child's buffer, from its first message ("ok ADDR").
+std::uintptr_t child_buffer(Child& child, std::string_view engine) {
+  const auto hello = recv_msg(child.fd(), kWaitLimit);
+  std::uintptr_t remote = 0;
+  if (!hello || std::sscanf(hello->c_str(), "ok %" SCNuPTR, &remote) != 1)
+    throw Error(std::string(engine) + ": the child did not send its buffer's address");
+  return remote;
+}
+
 void run_cma(const Config& cfg, Output& out) {
   const std::size_t max_size = std::max(*std::max_element(cfg.sizes.begin(), cfg.sizes.end()), kLatencySize);
   const std::size_t target_len = target_length(cfg, max_size);
@@ -515,10 +524,7 @@ void run_cma(const Config& cfg, Output& out) {
     return 0;
   });
   const pid_t pid = child.pid();
-  const auto hello = recv_msg(child.fd(), kWaitLimit);
-  std::uintptr_t remote = 0;
-  if (!hello || std::sscanf(hello->c_str(), "ok %" SCNuPTR, &remote) != 1)
-    throw Error("cma: the child did not send its buffer's address");
+  const std::uintptr_t remote = child_buffer(child, "cma");
 
   Buffer src(max_size, 0);
   auto write_once = [&](std::size_t size, std::size_t at = 0) {
@@ -635,10 +641,7 @@ void run_cma_pair(const Config& cfg, Output& out) {
     return 0;
   });
   const pid_t pid = child.pid();
-  const auto hello = recv_msg(child.fd(), kWaitLimit);
-  std::uintptr_t remote = 0;
-  if (!hello || std::sscanf(hello->c_str(), "ok %" SCNuPTR, &remote) != 1)
-    throw Error("cma-pair: the child did not send its buffer's address");
+  const std::uintptr_t remote = child_buffer(child, "cma-pair");
   {
     iovec local{src.data(), kLatencySize}, far{reinterpret_cast<void*>(remote), kLatencySize};
     if (process_vm_writev(pid, &local, 1, &far, 1, 0) != static_cast<ssize_t>(kLatencySize)) {

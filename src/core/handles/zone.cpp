@@ -199,9 +199,11 @@ Result<std::shared_ptr<RegionImpl>> register_region(const std::shared_ptr<ZoneIm
     // transfers into them over their own threads (kHugeMoves).
     const auto a = reinterpret_cast<std::uint64_t>(addr);
     const bool huge_moves = zone->direct_huge && share_fd < 0 && !direct::whole_huge_pages(a, len).empty();
+    // Ordinary memory registered with remote write: the owner may store into
+    // it (kStores), and take ring writes into it when its zone does (kRingOk).
+    const bool stores = share_fd < 0 && has(access, Access::remote_write);
     r->direct_slot = zone->direct->add(r->key, a, len, access, share_fd, share_offset, persistent,
-                                       zone->ring_writes && share_fd < 0 && has(access, Access::remote_write),
-                                       huge_moves, share_fd < 0 && has(access, Access::remote_write));
+                                       zone->ring_writes && stores, huge_moves, stores);
   }
   return r;
 }
