@@ -1143,6 +1143,55 @@ std::uint64_t write_and_read_large(Pair& p, std::size_t len) {
   return splits() - before;
 }
 
+/// The same through the mapping of a region the target's zone allocated:
+/// `len` bytes written at one page into it (a page each side left as it
+/// was), then read back. Returns the transfers split meanwhile.
+std::uint64_t write_and_read_mapped(Pair& p, std::size_t len) {
+  auto src = pattern(len, 11);
+  std::vector<std::uint8_t> back(len, 0);
+  auto smr = MUST(p.iz.register_memory(src.data(), len, Access::local_read | Access::local_write));
+  auto bmr = MUST(p.iz.register_memory(back.data(), len, Access::local_read | Access::local_write));
+  auto fmr = MUST(p.tz.allocate(len + 2 * 4096, Access::all));
+  auto* t = static_cast<std::uint8_t*>(fmr.address());
+  std::memset(t, 0xA5, len + 2 * 4096);
+  const std::uint64_t before = splits(), mapped = mapped_ops(p.iep);
+  Segment w[2] = {Segment(smr, 0, len / 3), Segment(smr, len / 3, len - len / 3)};
+  EXPECT_OK(p.iep.write(w, MUST(fmr.remote()), 4096, 1));
+  Segment r(bmr, 0, len);
+  EXPECT_OK(p.iep.read({&r, 1}, MUST(fmr.remote()), 4096, 2));
+  auto c = collect(p.icq, 2);
+  EXPECT_EQ(c.size(), 2u);
+  for (const auto& one : c) EXPECT_FALSE(one.status) << describe(one);
+  EXPECT_EQ(mapped_ops(p.iep), mapped + 2) << "not through the mapping: " << why_not(p.iep);
+  EXPECT_EQ(0, std::memcmp(t + 4096, src.data(), len));
+  EXPECT_EQ(back, src);
+  EXPECT_TRUE(std::all_of(t, t + 4096, [](std::uint8_t b) { return b == 0xA5; }));
+  EXPECT_TRUE(std::all_of(t + 4096 + len, t + len + 2 * 4096, [](std::uint8_t b) { return b == 0xA5; }));
+  return splits() - before;
+}
+
+TEST(SameHostCopier, LargeCopiesThroughAMappingAreSplitOverTwoThreads) {
+  ::setenv("REMORA_SAMEHOST", "1", 1);
+  ::unsetenv("REMORA_COPY_HELPER");
+  Pair p;
+  ::unsetenv("REMORA_SAMEHOST");
+  ASSERT_TRUE(direct_ready(p.iep)) << why_not(p.iep);
+  EXPECT_EQ(write_and_read_mapped(p, 1024 * 1024), 2u);
+  EXPECT_EQ(write_and_read_mapped(p, detail::direct::kSplitBytes + 100), 2u);
+  // Below the size one memcpy on the caller's thread.
+  EXPECT_EQ(write_and_read_mapped(p, detail::direct::kSplitBytes - 64), 0u);
+}
+
+TEST(SameHostCopier, TheEnvironmentKeepsCopiesThroughAMappingOnOneThread) {
+  ::setenv("REMORA_SAMEHOST", "1", 1);
+  ::setenv("REMORA_COPY_HELPER", "0", 1);
+  Pair p;
+  ::unsetenv("REMORA_SAMEHOST");
+  ::unsetenv("REMORA_COPY_HELPER");
+  ASSERT_TRUE(direct_ready(p.iep)) << why_not(p.iep);
+  EXPECT_EQ(write_and_read_mapped(p, 1024 * 1024), 0u);
+}
+
 TEST(SameHostCopier, LargeWritesAndReadsAreSplitOverTwoThreads) {
   ::setenv("REMORA_SAMEHOST", "1", 1);
   ::unsetenv("REMORA_COPY_HELPER");

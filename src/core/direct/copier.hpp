@@ -128,6 +128,15 @@ bool gather_allowed_by_environment() noexcept;
 ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, iovec remote, bool split,
                      std::uint64_t key = 0, FarHand* far = nullptr) noexcept;
 
+/// memcpy between `local` (`n` segments) and the `len` bytes at `at`, this
+/// process's mapping of a peer's region (from local for a write). When
+/// `split` is true and `len` is at least kSplitBytes, as cross_memory: this
+/// thread copies the first part and the helper the second at once, then this
+/// thread the last kLastBytes, so the end of the range is stored last, as by
+/// one memcpy in order; a helper that has not started its part when this
+/// thread's is done costs a look (the part is copied here).
+void copy_mapped(bool write, char* at, const iovec* local, std::size_t n, std::size_t len, bool split) noexcept;
+
 /// process_vm_writev from `local` (`nl` segments) into the ranges `remote`
 /// (`nr`, at most kMaxRanges), which take the local bytes in order: the
 /// writes of a batch, placed in posting order. When `split` is true and the

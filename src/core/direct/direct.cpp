@@ -593,14 +593,21 @@ Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, st
     }
     if (!enter(f)) continue;
     char* at = m->base + (raddr - f.addr);
+    iovec liov[kMaxLocal];
+    std::size_t n = 0;
     for (const backend::Iov& v : local) {
       if (v.len == 0) continue;
-      if (write)
-        std::memcpy(at, v.addr, v.len);
-      else
-        std::memcpy(v.addr, at, v.len);
-      at += v.len;
+      if (n == kMaxLocal) {  // more segments than one operation has: all on this thread, in order
+        copy_mapped(write, at, liov, n, 0, /*split=*/false);
+        for (std::size_t k = 0; k < n; ++k) at += liov[k].iov_len;
+        n = 0;
+        split = false;
+      }
+      liov[n++] = iovec{v.addr, v.len};
     }
+    // A large copy on two threads (this one and the helper), its last bytes
+    // stored last (copier.hpp).
+    copy_mapped(write, at, liov, n, static_cast<std::size_t>(total), split);
     leave(f);
     if (mapped != nullptr) *mapped = true;
     return Outcome::done;
