@@ -30,10 +30,10 @@ namespace {
 
 using remora::detail::direct::copies_helped;
 using remora::detail::direct::copies_taken_back;
-using remora::detail::direct::copy_mapped;
 using remora::detail::direct::cross_memory;
 using remora::detail::direct::kLastBytes;
 using remora::detail::direct::kSplitBytes;
+using remora::detail::direct::kThisProcess;
 using remora::detail::direct::write_ranges;
 
 constexpr std::size_t kPage = 4096;
@@ -199,7 +199,7 @@ TEST(Copier, TheHelperMovesSecondParts) {
   EXPECT_EQ(0, std::memcmp(far.base, src.data(), src.size()));
 }
 
-// ---- copies through a mapping of the peer's region (copy_mapped) ----
+// ---- copies through a mapping of the peer's region (kThisProcess) ----
 
 TEST(Copier, ALargeCopyThroughAMappingIsSplitAndMovesEveryByteAndNothingElse) {
   const std::size_t len = 300 * 1024 + 7, off = kPage + 100;
@@ -208,7 +208,8 @@ TEST(Copier, ALargeCopyThroughAMappingIsSplitAndMovesEveryByteAndNothingElse) {
   auto src = pattern(len, 4);
   auto local = three(src);
   const std::uint64_t before = splits();
-  copy_mapped(true, reinterpret_cast<char*>(far.base + off), local.data(), local.size(), len, /*split=*/true);
+  EXPECT_EQ(cross_memory(kThisProcess, true, local.data(), local.size(), iovec{far.base + off, len}, /*split=*/true),
+            static_cast<ssize_t>(len));
   EXPECT_EQ(splits(), before + 1) << "a copy of " << len << " bytes was not split";
   EXPECT_EQ(0, std::memcmp(far.base + off, src.data(), len));
   EXPECT_TRUE(std::all_of(far.base, far.base + off, [](std::uint8_t b) { return b == 0xA5; }));
@@ -219,20 +220,24 @@ TEST(Copier, ALargeCopyThroughAMappingIsSplitAndMovesEveryByteAndNothingElse) {
   const std::size_t a = 70000, b = 150001;
   std::vector<iovec> into = {iovec{back.data() + len - a + kPage, a}, iovec{back.data(), b},
                              iovec{back.data() + b + 10, len - a - b}};
-  copy_mapped(false, reinterpret_cast<char*>(far.base + off), into.data(), into.size(), len, true);
+  EXPECT_EQ(cross_memory(kThisProcess, false, into.data(), into.size(), iovec{far.base + off, len}, true),
+            static_cast<ssize_t>(len));
   EXPECT_EQ(splits(), before + 2);
   EXPECT_EQ(0, std::memcmp(back.data() + len - a + kPage, src.data(), a));
   EXPECT_EQ(0, std::memcmp(back.data(), src.data() + a, b));
   EXPECT_EQ(0, std::memcmp(back.data() + b + 10, src.data() + a + b, len - a - b));
   EXPECT_TRUE(std::all_of(back.data() + b, back.data() + b + 10, [](std::uint8_t v) { return v == 0x5A; }));
 
-  // Smaller, unsplit, or local bytes that do not add up to `len`: one copy.
+  // Smaller, unsplit, or local bytes that do not add up to the range: one
+  // copy, of the bytes both have (as the system call).
   auto small = pattern(kSplitBytes, 5);
   iovec l{small.data(), kSplitBytes - 1};
-  copy_mapped(true, reinterpret_cast<char*>(far.base), &l, 1, l.iov_len, true);
+  EXPECT_EQ(cross_memory(kThisProcess, true, &l, 1, iovec{far.base, l.iov_len}, true), static_cast<ssize_t>(l.iov_len));
   l.iov_len = kSplitBytes;
-  copy_mapped(true, reinterpret_cast<char*>(far.base), &l, 1, l.iov_len, /*split=*/false);
-  copy_mapped(true, reinterpret_cast<char*>(far.base), &l, 1, kSplitBytes + 4096, true);
+  EXPECT_EQ(cross_memory(kThisProcess, true, &l, 1, iovec{far.base, l.iov_len}, /*split=*/false),
+            static_cast<ssize_t>(l.iov_len));
+  EXPECT_EQ(cross_memory(kThisProcess, true, &l, 1, iovec{far.base, kSplitBytes + 4096}, true),
+            static_cast<ssize_t>(kSplitBytes));
   EXPECT_EQ(splits(), before + 2);
   EXPECT_EQ(0, std::memcmp(far.base, small.data(), kSplitBytes));
 }
@@ -250,7 +255,7 @@ TEST(Copier, TheLastBytesOfASplitCopyThroughAMappingAreStoredLast) {
   const LastByteWatch w = watch_last_byte(far.base, len, 2000, [&](std::uint8_t v) {
     std::memset(src.data(), v, len);
     iovec l{src.data(), len};
-    copy_mapped(true, reinterpret_cast<char*>(far.base), &l, 1, len, true);
+    EXPECT_EQ(cross_memory(kThisProcess, true, &l, 1, iovec{far.base, len}, true), static_cast<ssize_t>(len));
     return true;
   });
   EXPECT_GT(splits(), before);
@@ -265,7 +270,8 @@ TEST(Copier, TheHelperCopiesSecondPartsThroughAMapping) {
   const std::uint64_t helped = copies_helped();
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (copies_helped() == helped && std::chrono::steady_clock::now() < until)
-    copy_mapped(true, reinterpret_cast<char*>(far.base), &l, 1, src.size(), true);
+    EXPECT_EQ(cross_memory(kThisProcess, true, &l, 1, iovec{far.base, src.size()}, true),
+              static_cast<ssize_t>(src.size()));
   EXPECT_GT(copies_helped(), helped) << "the helper thread never copied a part in 10 s";
   EXPECT_EQ(0, std::memcmp(far.base, src.data(), src.size()));
 }

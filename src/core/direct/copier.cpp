@@ -25,26 +25,43 @@ std::atomic<std::uint64_t> tails_by_peer{0};
 
 static_assert(kMaxRangeSegments == kMaxRanges * kMaxLocal);
 
+/// What process_vm_writev (`write`) or process_vm_readv does, between two
+/// lists of this process's memory (kThisProcess): the local bytes in order
+/// into (or from) the remote ranges in order, by memcpy. The bytes copied.
+ssize_t copy_here(bool write, const iovec* local, std::size_t n, const iovec* remote, std::size_t nr) noexcept {
+  std::size_t i = 0, at_local = 0, r = 0, at_remote = 0, done = 0;
+  while (i < n && r < nr) {
+    const std::size_t c = std::min(local[i].iov_len - at_local, remote[r].iov_len - at_remote);
+    char* l = static_cast<char*>(local[i].iov_base) + at_local;
+    char* there = static_cast<char*>(remote[r].iov_base) + at_remote;
+    if (c != 0) {
+      if (write)
+        std::memcpy(there, l, c);
+      else
+        std::memcpy(l, there, c);
+    }
+    done += c;
+    at_local += c;
+    at_remote += c;
+    if (at_local == local[i].iov_len) {
+      ++i;
+      at_local = 0;
+    }
+    if (at_remote == remote[r].iov_len) {
+      ++r;
+      at_remote = 0;
+    }
+  }
+  return static_cast<ssize_t>(done);
+}
+
 ssize_t one_call(pid_t pid, bool write, const iovec* local, std::size_t n, const iovec* remote,
                  std::size_t nr) noexcept {
+  if (pid == kThisProcess) return copy_here(write, local, n, remote, nr);
   return write ? ::process_vm_writev(pid, local, n, remote, nr, 0) : ::process_vm_readv(pid, local, n, remote, nr, 0);
 }
 ssize_t one_call(pid_t pid, bool write, const iovec* local, std::size_t n, iovec remote) noexcept {
   return one_call(pid, write, local, n, &remote, 1);
-}
-
-/// memcpy between the local segments and the bytes from `at` on (a mapping
-/// of the peer's region in this process): the bytes copied.
-ssize_t copy_at(bool write, char* at, const iovec* local, std::size_t n) noexcept {
-  std::size_t done = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (write)
-      std::memcpy(at + done, local[i].iov_base, local[i].iov_len);
-    else
-      std::memcpy(local[i].iov_base, at + done, local[i].iov_len);
-    done += local[i].iov_len;
-  }
-  return static_cast<ssize_t>(done);
 }
 
 /// The second part of one split transfer (or list of writes). Written by
@@ -131,8 +148,7 @@ class Helper {
       int expected = kPosted;
       if (!state_.compare_exchange_strong(expected, kRunning, std::memory_order_acq_rel)) continue;  // taken back
       errno = 0;
-      job_.moved = job_.at != nullptr ? copy_at(job_.write, job_.at, job_.local, job_.n)
-                                      : one_call(job_.pid, job_.write, job_.local, job_.n, job_.remote, job_.nr);
+      job_.moved = one_call(job_.pid, job_.write, job_.local, job_.n, job_.remote, job_.nr);
       job_.err = errno;
       state_.store(kDone, std::memory_order_release);
     }
@@ -198,8 +214,7 @@ ssize_t second_part(Helper& h, int& err) noexcept {
   ssize_t moved = 0;
   if (h.take_back()) {
     errno = 0;
-    moved = job.at != nullptr ? copy_at(job.write, job.at, job.local, job.n)
-                              : one_call(job.pid, job.write, job.local, job.n, job.remote, job.nr);
+    moved = one_call(job.pid, job.write, job.local, job.n, job.remote, job.nr);
     err = errno;
     taken_back.fetch_add(1, std::memory_order_relaxed);
   } else {
@@ -323,33 +338,6 @@ ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, i
   }
   errno = EFAULT;
   return moved1 + moved2 + std::max<ssize_t>(moved3, 0);  // short: fewer bytes than asked
-}
-
-void copy_mapped(bool write, char* at, const iovec* local, std::size_t n, std::size_t len, bool split) noexcept {
-  std::size_t local_len = 0;
-  for (std::size_t i = 0; i < n; ++i) local_len += local[i].iov_len;
-  Helper* h = split && len >= kSplitBytes && n <= kMaxLocal && local_len == len ? Helper::get() : nullptr;
-  if (h == nullptr || !h->claim()) {
-    copy_at(write, at, local, n);
-    return;
-  }
-  // As cross_memory's three parts: [0, cut) here and [cut, tail) by the
-  // helper at once, then [tail, len) here, so the last bytes land last. The
-  // cut is a cache line boundary near the middle, so no line is stored by
-  // both threads.
-  const std::size_t tail = len - kLastBytes;
-  const std::size_t cut = (tail / 2) & ~std::size_t{63};
-  Job& job = h->job();
-  job.write = write;
-  job.at = at + cut;
-  job.n = slice(local, n, cut, tail, job.local);
-  job.nr = 0;
-  h->post();
-  iovec mine[kMaxLocal + 1];
-  copy_at(write, at, mine, slice(local, n, 0, cut, mine));
-  int err = 0;
-  (void)second_part(*h, err);  // a copy: all of it moved, here or there
-  copy_at(write, at + tail, mine, slice(local, n, tail, len, mine));
 }
 
 namespace {

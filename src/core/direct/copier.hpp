@@ -114,6 +114,14 @@ bool peer_helper_allowed_by_environment() noexcept;
 /// user polls are placed by one call (EndpointImpl::gatherable).
 bool gather_allowed_by_environment() noexcept;
 
+/// The pid that names this process's own memory in cross_memory: the
+/// remote range is its mapping of a peer's region (docs/design.md,
+/// "Shared-mapped regions"), and the bytes are copied with memcpy, in the
+/// same parts and order as the system calls would move them (split over
+/// this thread and the helper when large, the last bytes stored last). Such
+/// a copy cannot fail; it copies the bytes both sides hold.
+constexpr pid_t kThisProcess = 0;
+
 /// process_vm_writev (`write`) or process_vm_readv between `local` (`n`
 /// segments) and the one range `remote` of process `pid`, with the system
 /// call's result: the bytes moved, or -1 with errno set. When `split` is
@@ -127,15 +135,6 @@ bool gather_allowed_by_environment() noexcept;
 /// it.
 ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, iovec remote, bool split,
                      std::uint64_t key = 0, FarHand* far = nullptr) noexcept;
-
-/// memcpy between `local` (`n` segments) and the `len` bytes at `at`, this
-/// process's mapping of a peer's region (from local for a write). When
-/// `split` is true and `len` is at least kSplitBytes, as cross_memory: this
-/// thread copies the first part and the helper the second at once, then this
-/// thread the last kLastBytes, so the end of the range is stored last, as by
-/// one memcpy in order; a helper that has not started its part when this
-/// thread's is done costs a look (the part is copied here).
-void copy_mapped(bool write, char* at, const iovec* local, std::size_t n, std::size_t len, bool split) noexcept;
 
 /// process_vm_writev from `local` (`nl` segments) into the ranges `remote`
 /// (`nr`, at most kMaxRanges), which take the local bytes in order: the

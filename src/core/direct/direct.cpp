@@ -559,6 +559,14 @@ ssize_t Table::move_for_peer(pid_t pid, bool write, const std::uint64_t* keys, c
 Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, std::uint64_t total, std::uint64_t raddr,
                              std::uint64_t key, bool split, bool* mapped, FarHand* far) {
   const std::uint64_t need = write ? kWrite : kRead;
+  // At most kMaxLocal local segments in one call.
+  iovec liov[kMaxLocal];
+  std::size_t n = 0;
+  for (const backend::Iov& v : local) {
+    if (v.len == 0) continue;
+    if (n == kMaxLocal) return Outcome::tcp;
+    liov[n++] = iovec{v.addr, v.len};
+  }
   for (int attempt = 0; attempt < 16; ++attempt) {
     const Found f = lookup(key);
     if (f.torn) continue;
@@ -567,16 +575,8 @@ Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, st
     // pidfd check: the mapping is of the region's file, not of a pid.
     const std::shared_ptr<const Mapping> m = f.share != 0 ? mapping(f) : nullptr;
     if (m == nullptr) {
-      // Cross-memory attach, to the peer's pid while it lives: at most
-      // kMaxLocal local segments in one call.
+      // Cross-memory attach, to the peer's pid while it lives.
       if (!peer_alive()) return Outcome::broken;
-      iovec liov[kMaxLocal];
-      std::size_t n = 0;
-      for (const backend::Iov& v : local) {
-        if (v.len == 0) continue;
-        if (n == kMaxLocal) return Outcome::tcp;
-        liov[n++] = iovec{v.addr, v.len};
-      }
       iovec riov{reinterpret_cast<void*>(raddr), total};
       if (!enter(f)) continue;
       errno = 0;
@@ -592,22 +592,9 @@ Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, st
       return Outcome::tcp;  // short, EFAULT, ENOMEM: the transport decides
     }
     if (!enter(f)) continue;
-    char* at = m->base + (raddr - f.addr);
-    iovec liov[kMaxLocal];
-    std::size_t n = 0;
-    for (const backend::Iov& v : local) {
-      if (v.len == 0) continue;
-      if (n == kMaxLocal) {  // more segments than one operation has: all on this thread, in order
-        copy_mapped(write, at, liov, n, 0, /*split=*/false);
-        for (std::size_t k = 0; k < n; ++k) at += liov[k].iov_len;
-        n = 0;
-        split = false;
-      }
-      liov[n++] = iovec{v.addr, v.len};
-    }
-    // A large copy on two threads (this one and the helper), its last bytes
-    // stored last (copier.hpp).
-    copy_mapped(write, at, liov, n, static_cast<std::size_t>(total), split);
+    // A memcpy through the mapping; a large one on two threads (this one
+    // and the helper), its last bytes stored last (copier.hpp).
+    (void)cross_memory(kThisProcess, write, liov, n, iovec{m->base + (raddr - f.addr), total}, split);
     leave(f);
     if (mapped != nullptr) *mapped = true;
     return Outcome::done;
