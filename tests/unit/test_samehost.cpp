@@ -2073,23 +2073,42 @@ Round wait_on_memory_round(Pair& p, std::uint8_t fill, std::uint64_t cookie0) {
 /// (at most 40 rounds or 20 s): a round the machine disturbed (not held,
 /// or placed in time by an agent that looked early) says nothing about the
 /// doubling; each late one must double the pause (10 ms first), and one
-/// placed in time must end it. False when the rounds ran out.
+/// placed in time must end it. A round not held may still have had one of
+/// its writes gathered and found late (the second was posted after the
+/// poll's claim ran out), which doubles the pause unseen: the first late
+/// round after it may find any doubling of 10 ms, and the rounds after it
+/// must double that. False when the rounds ran out.
 bool late_rounds_in_a_row(Pair& p, int rounds) {
   int in_row = 0;
+  bool seen = true;  // no round since the pause was last known to be off was disturbed
+  std::int64_t pause = 0;
   const auto until = std::chrono::steady_clock::now() + 20s;
   for (int round = 0; round < 40 && in_row < rounds && std::chrono::steady_clock::now() < until; ++round) {
     wait_out_pause(p);
     switch (wait_on_memory_round(p, static_cast<std::uint8_t>(0x30 + round),
                                  1000 + 10 * static_cast<std::uint64_t>(round))) {
-      case Round::late:
+      case Round::late: {
+        const std::int64_t now = gather_pause(p.iep).first;
+        if (in_row > 0 || seen) {
+          EXPECT_EQ(now, in_row > 0 ? 2 * pause : 10) << "late batch " << in_row + 1;
+        } else {
+          bool doubling = false;
+          for (std::int64_t d = 10; d <= now && !doubling; d *= 2) doubling = d == now;
+          EXPECT_TRUE(doubling) << "late batch after a disturbed round: pause " << now << " ms";
+        }
+        pause = now;
         ++in_row;
-        EXPECT_EQ(gather_pause(p.iep).first, std::int64_t{10} << (in_row - 1)) << "late batch " << in_row;
         break;
+      }
       case Round::in_time:
         in_row = 0;
+        seen = true;
         EXPECT_EQ(gather_pause(p.iep).first, 0) << "a batch placed in time left the pause on";
         break;
-      case Round::not_held: break;
+      case Round::not_held:
+        in_row = 0;
+        seen = false;
+        break;
     }
   }
   return in_row == rounds;
@@ -2124,7 +2143,9 @@ TEST(SameHostGather, EachLateBatchDoublesThePauseAndABatchPlacedInTimeEndsIt) {
   auto p = gathering_pair();
   ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
   ASSERT_TRUE(late_rounds_in_a_row(*p, 2)) << "no two batches in a row were found late";
-  ASSERT_EQ(gather_pause(p->iep).first, 20);
+  // 20 ms, or a later doubling when a disturbed round came first (checked
+  // round by round in late_rounds_in_a_row).
+  ASSERT_GE(gather_pause(p->iep).first, 20);
   // A batch its user places by polling right after posting: the doubling
   // ends. (A round whose poll came late, the thread descheduled, is tried
   // again.)
