@@ -378,7 +378,8 @@ int check(const std::string& provider) {
                                   : "each placed by its own call (REMORA_GATHER_WRITES=" + gather.value + ")"),
                    ""});
     out.push_back({'o',
-                   std::string("same-host transfers of 256 KiB and more (one, or a batch of disjoint writes): ") +
+                   std::string("same-host transfers of 256 KiB and more (one, a copy through a mapping, or a batch of "
+                               "disjoint writes): ") +
                        (helper.on ? "split over the posting thread and a helper thread (REMORA_COPY_HELPER=0 turns "
                                     "it off)"
                                   : "moved by the posting thread alone (REMORA_COPY_HELPER=" + helper.value + ")"),
