@@ -7,7 +7,8 @@
 // batch) is tested the same way: every byte where one call would put it,
 // the last bytes of each write after the writes before it, writes into the
 // same bytes leaving the last one posted, and a fault counting only writes
-// placed in full.
+// placed in full. Copies through a mapping (the pid kThisProcess) are cut
+// and ordered the same way.
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <sys/wait.h>

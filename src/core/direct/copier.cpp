@@ -71,7 +71,6 @@ ssize_t one_call(pid_t pid, bool write, const iovec* local, std::size_t n, iovec
 struct Job {
   pid_t pid = 0;
   bool write = false;
-  char* at = nullptr;               // non-null: a copy through this process's mapping, from or to here (remote unused)
   iovec local[kListSegments] = {};  // a cut segment adds one
   std::size_t n = 0;
   iovec remote[kMaxRanges] = {};

@@ -1,6 +1,8 @@
 // src/core/direct/copier.hpp - cross-memory transfers of the same-host
-// direct path, split over two threads when they are large (docs/design.md,
-// "Same-host direct path", "Large transfers on two threads").
+// direct path (and copies through this process's mapping of a peer's
+// region: kThisProcess), split over two threads when they are large
+// (docs/design.md, "Same-host direct path", "Large transfers on two
+// threads").
 //
 // One process_vm_writev/readv call copies with one CPU, and most of its time
 // for a large range is the kernel pinning the peer's pages and copying them
