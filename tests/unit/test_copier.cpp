@@ -72,28 +72,31 @@ std::vector<iovec> three(std::vector<std::uint8_t>& src) {
   return {iovec{src.data(), a}, iovec{src.data() + a, b}, iovec{src.data() + a + b, src.size() - a - b}};
 }
 
-TEST(Copier, ASplitWriteAndReadMoveEveryByteAndNothingElse) {
-  // 300 KiB at 100 bytes into page 1 of 80: not page-aligned at either end.
-  const std::size_t len = 300 * 1024, off = kPage + 100;
+/// A split write of `len` bytes from three local segments at 100 bytes
+/// into page 1 of 80 (not page-aligned at either end) by process `pid`
+/// (this one: its own pid, or kThisProcess, the pages as a mapping), then a
+/// split read of it back into three segments in another order of local
+/// memory: every byte where it belongs and nothing else touched, each
+/// transfer split.
+void split_write_and_read(pid_t pid, std::size_t len, unsigned seed) {
+  const std::size_t off = kPage + 100;
   Pages far(80);
   ASSERT_NE(far.base, nullptr);
-  auto src = pattern(len, 1);
+  auto src = pattern(len, seed);
   auto local = three(src);
   const std::uint64_t before = splits();
-  const ssize_t moved =
-      cross_memory(::getpid(), true, local.data(), local.size(), iovec{far.base + off, len}, /*split=*/true);
+  const ssize_t moved = cross_memory(pid, true, local.data(), local.size(), iovec{far.base + off, len}, /*split=*/true);
   ASSERT_EQ(moved, static_cast<ssize_t>(len)) << std::strerror(errno);
   EXPECT_EQ(splits(), before + 1) << "a transfer of " << len << " bytes was not split";
   EXPECT_EQ(0, std::memcmp(far.base + off, src.data(), len));
   EXPECT_TRUE(std::all_of(far.base, far.base + off, [](std::uint8_t b) { return b == 0xA5; }));
   EXPECT_TRUE(std::all_of(far.base + off + len, far.base + far.len, [](std::uint8_t b) { return b == 0xA5; }));
 
-  // Read it back into three segments in another order of local memory.
   std::vector<std::uint8_t> back(len + 2 * kPage, 0x5A);
   const std::size_t a = 70000, b = 150001;
   std::vector<iovec> into = {iovec{back.data() + len - a + kPage, a}, iovec{back.data(), b},
                              iovec{back.data() + b + 10, len - a - b}};
-  ASSERT_EQ(cross_memory(::getpid(), false, into.data(), into.size(), iovec{far.base + off, len}, true),
+  ASSERT_EQ(cross_memory(pid, false, into.data(), into.size(), iovec{far.base + off, len}, true),
             static_cast<ssize_t>(len));
   EXPECT_EQ(splits(), before + 2);
   EXPECT_EQ(0, std::memcmp(back.data() + len - a + kPage, src.data(), a));
@@ -101,6 +104,8 @@ TEST(Copier, ASplitWriteAndReadMoveEveryByteAndNothingElse) {
   EXPECT_EQ(0, std::memcmp(back.data() + b + 10, src.data() + a + b, len - a - b));
   EXPECT_TRUE(std::all_of(back.data() + b, back.data() + b + 10, [](std::uint8_t v) { return v == 0x5A; }));
 }
+
+TEST(Copier, ASplitWriteAndReadMoveEveryByteAndNothingElse) { split_write_and_read(::getpid(), 300 * 1024, 1); }
 
 /// What a program polling the last byte of a write sees (as on RDMA NICs,
 /// which place a write's bytes in order): for rounds 1 to `rounds` (but for
@@ -148,18 +153,26 @@ LastByteWatch watch_last_byte(std::uint8_t* base, std::size_t len, int rounds, P
   return w;
 }
 
+/// watch_last_byte over split writes of 256 KiB by process `pid` (this
+/// one: its own pid, or kThisProcess), each counted as split.
+LastByteWatch watch_split_writes(pid_t pid) {
+  const std::size_t len = 256 * 1024;
+  Pages far(64);
+  if (far.base == nullptr) return LastByteWatch{0, false};
+  std::vector<std::uint8_t> src(len);
+  return watch_last_byte(far.base, len, 2000, [&](std::uint8_t v) {
+    std::memset(src.data(), v, len);
+    iovec l{src.data(), len};
+    const std::uint64_t before = splits();
+    return cross_memory(pid, true, &l, 1, iovec{far.base, len}, true) == static_cast<ssize_t>(len) &&
+           splits() == before + 1;
+  });
+}
+
 TEST(Copier, TheLastBytesOfASplitWriteArePlacedLast) {
   // A program polling the last byte of a write must find the rest written
   // once it changes.
-  const std::size_t len = 256 * 1024;
-  Pages far(64);
-  ASSERT_NE(far.base, nullptr);
-  std::vector<std::uint8_t> src(len);
-  const LastByteWatch w = watch_last_byte(far.base, len, 2000, [&](std::uint8_t v) {
-    std::memset(src.data(), v, len);
-    iovec l{src.data(), len};
-    return cross_memory(::getpid(), true, &l, 1, iovec{far.base, len}, true) == static_cast<ssize_t>(len);
-  });
+  const LastByteWatch w = watch_split_writes(::getpid());
   ASSERT_TRUE(w.placed) << std::strerror(errno);
   EXPECT_EQ(w.early, 0) << "the last byte was placed before the rest of the write";
 }
@@ -184,53 +197,35 @@ TEST(Copier, SmallTransfersAndUnsplitOnesAreOneCall) {
   EXPECT_EQ(0, std::memcmp(far.base + 1, src.data(), kSplitBytes));
 }
 
-TEST(Copier, TheHelperMovesSecondParts) {
-  // Either thread may move a second part; over a stream of transfers the
-  // helper (awake after the first) must take some. Bounded at 10 s.
+/// Split transfers of 256 KiB by process `pid` (its own pid, or
+/// kThisProcess) until the helper thread moved a second part (bounded at
+/// 10 s): either thread may move one, but over a stream the helper, awake
+/// after the first, must take some.
+void expect_helper_moves_parts(pid_t pid, unsigned seed) {
   Pages far(64);
   ASSERT_NE(far.base, nullptr);
-  auto src = pattern(256 * 1024, 3);
+  auto src = pattern(256 * 1024, seed);
   iovec l{src.data(), src.size()};
   const std::uint64_t helped = copies_helped();
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (copies_helped() == helped && std::chrono::steady_clock::now() < until)
-    ASSERT_EQ(cross_memory(::getpid(), true, &l, 1, iovec{far.base, src.size()}, true),
-              static_cast<ssize_t>(src.size()));
+    ASSERT_EQ(cross_memory(pid, true, &l, 1, iovec{far.base, src.size()}, true), static_cast<ssize_t>(src.size()));
   EXPECT_GT(copies_helped(), helped) << "the helper thread never moved a part in 10 s";
   EXPECT_EQ(0, std::memcmp(far.base, src.data(), src.size()));
 }
 
+TEST(Copier, TheHelperMovesSecondParts) { expect_helper_moves_parts(::getpid(), 3); }
+
 // ---- copies through a mapping of the peer's region (kThisProcess) ----
 
 TEST(Copier, ALargeCopyThroughAMappingIsSplitAndMovesEveryByteAndNothingElse) {
-  const std::size_t len = 300 * 1024 + 7, off = kPage + 100;
-  Pages far(80);
-  ASSERT_NE(far.base, nullptr);
-  auto src = pattern(len, 4);
-  auto local = three(src);
-  const std::uint64_t before = splits();
-  EXPECT_EQ(cross_memory(kThisProcess, true, local.data(), local.size(), iovec{far.base + off, len}, /*split=*/true),
-            static_cast<ssize_t>(len));
-  EXPECT_EQ(splits(), before + 1) << "a copy of " << len << " bytes was not split";
-  EXPECT_EQ(0, std::memcmp(far.base + off, src.data(), len));
-  EXPECT_TRUE(std::all_of(far.base, far.base + off, [](std::uint8_t b) { return b == 0xA5; }));
-  EXPECT_TRUE(std::all_of(far.base + off + len, far.base + far.len, [](std::uint8_t b) { return b == 0xA5; }));
-
-  // Back into three segments out of order in local memory.
-  std::vector<std::uint8_t> back(len + 2 * kPage, 0x5A);
-  const std::size_t a = 70000, b = 150001;
-  std::vector<iovec> into = {iovec{back.data() + len - a + kPage, a}, iovec{back.data(), b},
-                             iovec{back.data() + b + 10, len - a - b}};
-  EXPECT_EQ(cross_memory(kThisProcess, false, into.data(), into.size(), iovec{far.base + off, len}, true),
-            static_cast<ssize_t>(len));
-  EXPECT_EQ(splits(), before + 2);
-  EXPECT_EQ(0, std::memcmp(back.data() + len - a + kPage, src.data(), a));
-  EXPECT_EQ(0, std::memcmp(back.data(), src.data() + a, b));
-  EXPECT_EQ(0, std::memcmp(back.data() + b + 10, src.data() + a + b, len - a - b));
-  EXPECT_TRUE(std::all_of(back.data() + b, back.data() + b + 10, [](std::uint8_t v) { return v == 0x5A; }));
+  split_write_and_read(kThisProcess, 300 * 1024 + 7, 4);
 
   // Smaller, unsplit, or local bytes that do not add up to the range: one
   // copy, of the bytes both have (as the system call).
+  Pages far(80);
+  ASSERT_NE(far.base, nullptr);
+  const std::uint64_t before = splits();
   auto small = pattern(kSplitBytes, 5);
   iovec l{small.data(), kSplitBytes - 1};
   EXPECT_EQ(cross_memory(kThisProcess, true, &l, 1, iovec{far.base, l.iov_len}, true), static_cast<ssize_t>(l.iov_len));
@@ -239,7 +234,7 @@ TEST(Copier, ALargeCopyThroughAMappingIsSplitAndMovesEveryByteAndNothingElse) {
             static_cast<ssize_t>(l.iov_len));
   EXPECT_EQ(cross_memory(kThisProcess, true, &l, 1, iovec{far.base, kSplitBytes + 4096}, true),
             static_cast<ssize_t>(kSplitBytes));
-  EXPECT_EQ(splits(), before + 2);
+  EXPECT_EQ(splits(), before);
   EXPECT_EQ(0, std::memcmp(far.base, small.data(), kSplitBytes));
 }
 
@@ -248,34 +243,12 @@ TEST(Copier, TheLastBytesOfASplitCopyThroughAMappingAreStoredLast) {
   // the language's rules, which ThreadSanitizer reports (the reader of a
   // mapping is another process, where no such rule applies).
   if (unit::kUnderThreadSanitizer) GTEST_SKIP() << "a watcher of plain stores in one process";
-  const std::size_t len = 256 * 1024;
-  Pages far(64);
-  ASSERT_NE(far.base, nullptr);
-  std::vector<std::uint8_t> src(len);
-  const std::uint64_t before = splits();
-  const LastByteWatch w = watch_last_byte(far.base, len, 2000, [&](std::uint8_t v) {
-    std::memset(src.data(), v, len);
-    iovec l{src.data(), len};
-    EXPECT_EQ(cross_memory(kThisProcess, true, &l, 1, iovec{far.base, len}, true), static_cast<ssize_t>(len));
-    return true;
-  });
-  EXPECT_GT(splits(), before);
+  const LastByteWatch w = watch_split_writes(kThisProcess);
+  ASSERT_TRUE(w.placed);
   EXPECT_EQ(w.early, 0) << "the last byte was stored before the rest of the copy";
 }
 
-TEST(Copier, TheHelperCopiesSecondPartsThroughAMapping) {
-  Pages far(64);
-  ASSERT_NE(far.base, nullptr);
-  auto src = pattern(256 * 1024, 6);
-  iovec l{src.data(), src.size()};
-  const std::uint64_t helped = copies_helped();
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (copies_helped() == helped && std::chrono::steady_clock::now() < until)
-    EXPECT_EQ(cross_memory(kThisProcess, true, &l, 1, iovec{far.base, src.size()}, true),
-              static_cast<ssize_t>(src.size()));
-  EXPECT_GT(copies_helped(), helped) << "the helper thread never copied a part in 10 s";
-  EXPECT_EQ(0, std::memcmp(far.base, src.data(), src.size()));
-}
+TEST(Copier, TheHelperCopiesSecondPartsThroughAMapping) { expect_helper_moves_parts(kThisProcess, 6); }
 
 TEST(Copier, AFaultInEitherPartFailsTheWholeTransfer) {
   const std::size_t len = 256 * 1024;

@@ -1115,59 +1115,51 @@ std::uint64_t splits() {
   return detail::direct::copies_helped() + detail::direct::copies_taken_back() + detail::direct::copies_moved_by_peer();
 }
 
-/// A write of `len` bytes (from a local region of that size) into a
-/// registered (not shareable) region of the target with guard pages, then a
-/// read of it back into other local memory: every byte where it belongs,
-/// both placed directly. Returns the transfers split meanwhile.
-std::uint64_t write_and_read_large(Pair& p, std::size_t len) {
-  auto src = pattern(len, 9);
+/// A write of `len` bytes (from a local region of that size, two segments
+/// cut off the middle) at `offset` into the target's region `rr`, whose
+/// bytes there are at `t` + 4096 in this process with a guard page of 0xA5
+/// each side (from `t`), then a read of it back into other local memory:
+/// every byte where it belongs, both placed directly, through the
+/// initiator's mapping when `mapped`. Returns the transfers split
+/// meanwhile.
+std::uint64_t write_and_read_guarded(Pair& p, std::size_t len, const RemoteRegion& rr, std::uint64_t offset,
+                                     const std::uint8_t* t, bool mapped, unsigned seed) {
+  auto src = pattern(len, seed);
   std::vector<std::uint8_t> back(len, 0);
-  std::vector<std::uint8_t> far(len + 2 * 4096, 0xA5);
   auto smr = MUST(p.iz.register_memory(src.data(), len, Access::local_read | Access::local_write));
   auto bmr = MUST(p.iz.register_memory(back.data(), len, Access::local_read | Access::local_write));
-  auto fmr = MUST(p.tz.register_memory(far.data() + 4096, len, Access::all));
-  const std::uint64_t before = splits(), ops = direct_ops(p.iep);
-  // Two segments, cut off the middle.
+  const std::uint64_t before = splits(), ops = direct_ops(p.iep), maps = mapped_ops(p.iep);
   Segment w[2] = {Segment(smr, 0, len / 3), Segment(smr, len / 3, len - len / 3)};
-  EXPECT_OK(p.iep.write(w, MUST(fmr.remote()), 0, 1));
+  EXPECT_OK(p.iep.write(w, rr, offset, 1));
   Segment r(bmr, 0, len);
-  EXPECT_OK(p.iep.read({&r, 1}, MUST(fmr.remote()), 0, 2));
+  EXPECT_OK(p.iep.read({&r, 1}, rr, offset, 2));
   auto c = collect(p.icq, 2);
   EXPECT_EQ(c.size(), 2u);
   for (const auto& one : c) EXPECT_FALSE(one.status) << describe(one);
   EXPECT_EQ(direct_ops(p.iep), ops + 2) << why_not(p.iep);
-  EXPECT_EQ(0, std::memcmp(far.data() + 4096, src.data(), len));
-  EXPECT_EQ(back, src);
-  EXPECT_TRUE(std::all_of(far.begin(), far.begin() + 4096, [](std::uint8_t b) { return b == 0xA5; }));
-  EXPECT_TRUE(std::all_of(far.end() - 4096, far.end(), [](std::uint8_t b) { return b == 0xA5; }));
-  return splits() - before;
-}
-
-/// The same through the mapping of a region the target's zone allocated:
-/// `len` bytes written at one page into it (a page each side left as it
-/// was), then read back. Returns the transfers split meanwhile.
-std::uint64_t write_and_read_mapped(Pair& p, std::size_t len) {
-  auto src = pattern(len, 11);
-  std::vector<std::uint8_t> back(len, 0);
-  auto smr = MUST(p.iz.register_memory(src.data(), len, Access::local_read | Access::local_write));
-  auto bmr = MUST(p.iz.register_memory(back.data(), len, Access::local_read | Access::local_write));
-  auto fmr = MUST(p.tz.allocate(len + 2 * 4096, Access::all));
-  auto* t = static_cast<std::uint8_t*>(fmr.address());
-  std::memset(t, 0xA5, len + 2 * 4096);
-  const std::uint64_t before = splits(), mapped = mapped_ops(p.iep);
-  Segment w[2] = {Segment(smr, 0, len / 3), Segment(smr, len / 3, len - len / 3)};
-  EXPECT_OK(p.iep.write(w, MUST(fmr.remote()), 4096, 1));
-  Segment r(bmr, 0, len);
-  EXPECT_OK(p.iep.read({&r, 1}, MUST(fmr.remote()), 4096, 2));
-  auto c = collect(p.icq, 2);
-  EXPECT_EQ(c.size(), 2u);
-  for (const auto& one : c) EXPECT_FALSE(one.status) << describe(one);
-  EXPECT_EQ(mapped_ops(p.iep), mapped + 2) << "not through the mapping: " << why_not(p.iep);
+  EXPECT_EQ(mapped_ops(p.iep), maps + (mapped ? 2 : 0)) << (mapped ? "not through the mapping" : "mapped");
   EXPECT_EQ(0, std::memcmp(t + 4096, src.data(), len));
   EXPECT_EQ(back, src);
   EXPECT_TRUE(std::all_of(t, t + 4096, [](std::uint8_t b) { return b == 0xA5; }));
   EXPECT_TRUE(std::all_of(t + 4096 + len, t + len + 2 * 4096, [](std::uint8_t b) { return b == 0xA5; }));
   return splits() - before;
+}
+
+/// write_and_read_guarded into a registered (not shareable) region of the
+/// target: cross-memory attach.
+std::uint64_t write_and_read_large(Pair& p, std::size_t len) {
+  std::vector<std::uint8_t> far(len + 2 * 4096, 0xA5);
+  auto fmr = MUST(p.tz.register_memory(far.data() + 4096, len, Access::all));
+  return write_and_read_guarded(p, len, MUST(fmr.remote()), 0, far.data(), false, 9);
+}
+
+/// The same into a region the target's zone allocated, one page into it:
+/// through the initiator's mapping.
+std::uint64_t write_and_read_mapped(Pair& p, std::size_t len) {
+  auto fmr = MUST(p.tz.allocate(len + 2 * 4096, Access::all));
+  auto* t = static_cast<std::uint8_t*>(fmr.address());
+  std::memset(t, 0xA5, len + 2 * 4096);
+  return write_and_read_guarded(p, len, MUST(fmr.remote()), 4096, t, true, 11);
 }
 
 TEST(SameHostCopier, LargeCopiesThroughAMappingAreSplitOverTwoThreads) {
