@@ -373,13 +373,13 @@ int check(const std::string& provider) {
   // threads"): each has its own switch, read when a zone is created.
   if (direct_on && scope != "3") {
     out.push_back({'o',
-                   std::string("same-host writes posted back to back while a thread polls: ") +
+                   std::string("same-host writes (and reads) posted back to back while a thread polls: ") +
                        (gather.on ? "placed together by one call (REMORA_GATHER_WRITES=0 turns it off)"
                                   : "each placed by its own call (REMORA_GATHER_WRITES=" + gather.value + ")"),
                    ""});
     out.push_back({'o',
                    std::string("same-host transfers of 256 KiB and more (one, a copy through a mapping, or a batch of "
-                               "disjoint writes): ") +
+                               "disjoint writes or of reads): ") +
                        (helper.on ? "split over the posting thread and a helper thread (REMORA_COPY_HELPER=0 turns "
                                     "it off)"
                                   : "moved by the posting thread alone (REMORA_COPY_HELPER=" + helper.value + ")"),

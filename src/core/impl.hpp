@@ -150,9 +150,9 @@ struct ZoneImpl : std::enable_shared_from_this<ZoneImpl> {
   // threads (src/core/direct/copier.hpp), unless REMORA_COPY_HELPER=0 when
   // the zone was made. Set at creation, then constant.
   bool direct_split = true;
-  // Writes posted back to back while a user polls placed together
-  // (EndpointImpl::gatherable), unless REMORA_GATHER_WRITES=0 when the zone
-  // was made. Set at creation, then constant.
+  // Writes (and reads) posted back to back while a user polls placed
+  // together (EndpointImpl::gatherable), unless REMORA_GATHER_WRITES=0 when
+  // the zone was made. Set at creation, then constant.
   bool direct_gather = true;
   // Registration moves the pages of a region same-host peers reach by
   // cross-memory attach into huge pages (direct::HugePageJob), unless
@@ -622,9 +622,10 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   // (docs/design.md, "Writes posted back to back"): their slots, in posting
   // order, and their bytes. VISIBILITY flushes the table allows join them
   // (joins_gathered), completed once the writes before them are placed; the
-  // writes among the slots are counted. Writes placed in a batch of two or
-  // more, flushes that joined one, and writes of a batch sent over the
-  // transport instead (tests look at them).
+  // writes among the slots are counted. Reads are gathered the same way, a
+  // batch holding reads only (no flush joins them). Writes or reads placed
+  // in a batch of two or more, flushes that joined one, and writes or reads
+  // of a batch sent over the transport instead (tests look at them).
   static constexpr std::size_t kMaxGathered = 2 * direct::Peer::kMaxBatch;
   // Writes go over the message ring from this many bytes (try_ring_write),
   // in pieces of more than kRingWritePiece bytes (a ring of smaller slots
@@ -746,18 +747,20 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   void complete(OpSlot& s, std::error_code status) REMORA_REQUIRES(mu);
   void report_in_order() REMORA_REQUIRES(mu);
   void pump_deferred() REMORA_REQUIRES(mu);
-  /// `s` may join the writes gathered for one cross-memory call; when it
-  /// may, `now` holds the steady clock's reading (ns) it decided at.
+  /// `s` may be gathered with the writes (or reads) for one cross-memory
+  /// call; when it may, `now` holds the steady clock's reading (ns) it
+  /// decided at.
   bool gatherable(const OpSlot& s, std::int64_t& now) const REMORA_REQUIRES(mu);
   /// `s` is a VISIBILITY flush the peer's table allows, which may join the
   /// gathered writes (completed once those before it are placed).
   bool joins_gathered(const OpSlot& s) REMORA_REQUIRES(mu);
-  /// A plain write was posted: counts it into the writes posted since the
+  /// A write or read was posted: counts it into those posted since the
   /// posting thread's last poll.
   void note_write() REMORA_REQUIRES(mu);
-  /// Place the gathered writes (Peer::write_many), in posting order; those
-  /// it could not place go to the transport in order, a refused one fails
-  /// the endpoint as the target's refusal does.
+  /// Place the gathered writes (Peer::write_many) or reads
+  /// (Peer::read_many), in posting order; those it could not place go to
+  /// the transport in order, a refused one fails the endpoint as the
+  /// target's refusal does.
   void flush_gathered() REMORA_REQUIRES(mu);
   /// A drive is about to place the gathered writes: a batch that waited
   /// kGatherLate or more since its latest write pauses gathering.

@@ -7,8 +7,9 @@
 // batch) is tested the same way: every byte where one call would put it,
 // the last bytes of each write after the writes before it, writes into the
 // same bytes leaving the last one posted, and a fault counting only writes
-// placed in full. Copies through a mapping (the pid kThisProcess) are cut
-// and ordered the same way.
+// placed in full; read_ranges (the reads of a batch) the same way, cut where
+// the bytes land here. Copies through a mapping (the pid kThisProcess) are
+// cut and ordered the same way.
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -35,6 +36,7 @@ using remora::detail::direct::cross_memory;
 using remora::detail::direct::kLastBytes;
 using remora::detail::direct::kSplitBytes;
 using remora::detail::direct::kThisProcess;
+using remora::detail::direct::read_ranges;
 using remora::detail::direct::write_ranges;
 
 constexpr std::size_t kPage = 4096;
@@ -506,6 +508,129 @@ TEST(Copier, ABatchToAPeerThatIsGoneIsReportedAsGone) {
   iovec r[2] = {iovec{far.data(), kSplitBytes}, iovec{far.data() + kSplitBytes + 64, kSplitBytes}};
   errno = 0;
   EXPECT_EQ(write_ranges(child, &l, 1, r, 2, true), -1);
+  EXPECT_EQ(errno, ESRCH);
+}
+
+/// `n` reads of `len` bytes each from ranges of `far` (`gap` bytes apart,
+/// each its own pattern) into destinations in `near` (`gap` bytes apart) in
+/// the opposite order of addresses: read k lands below read k - 1.
+struct ReadBatch {
+  ReadBatch(std::uint8_t* far, std::uint8_t* near, std::size_t n, std::size_t len, std::size_t gap, unsigned seed)
+      : src(pattern(n * len, seed)) {
+    for (std::size_t k = 0; k < n; ++k) {
+      std::uint8_t* from = far + gap + k * (len + gap);
+      std::memcpy(from, src.data() + k * len, len);
+      remote.push_back(iovec{from, len});
+      local.push_back(iovec{near + gap + (n - 1 - k) * (len + gap), len});
+    }
+  }
+  ssize_t read(bool split) {
+    return read_ranges(::getpid(), local.data(), local.size(), remote.data(), remote.size(), split);
+  }
+  std::vector<std::uint8_t> src;
+  std::vector<iovec> local, remote;
+};
+
+TEST(Copier, TheReadsOfALargeBatchAreSplitIntoTwoListsAndMoveEveryByteAndNothingElse) {
+  // 16 reads of 64 KiB less 100 bytes, 100 bytes apart at both ends: no
+  // range starts or ends on a page boundary, and the cut (by where the
+  // bytes land here) falls across the posting order.
+  const std::size_t n = 16, len = 64 * 1024 - 100, gap = 100;
+  Pages far(n * 17), near(n * 17);
+  ASSERT_NE(far.base, nullptr);
+  ASSERT_NE(near.base, nullptr);
+  ReadBatch b(far.base, near.base, n, len, gap, 51);
+  const std::uint64_t before = splits();
+  ASSERT_EQ(b.read(/*split=*/true), static_cast<ssize_t>(n * len)) << std::strerror(errno);
+  EXPECT_EQ(splits(), before + 1) << "a batch of " << n * len << " bytes of reads was not split";
+  for (std::size_t k = 0; k < n; ++k) {
+    auto* at = static_cast<std::uint8_t*>(b.local[k].iov_base);
+    EXPECT_EQ(0, std::memcmp(at, b.src.data() + k * len, len)) << "read " << k;
+    EXPECT_TRUE(std::all_of(at - gap, at, [](std::uint8_t v) { return v == 0xA5; })) << "before read " << k;
+  }
+  auto* end = static_cast<std::uint8_t*>(b.local[0].iov_base) + len;
+  EXPECT_TRUE(std::all_of(end, near.base + near.len, [](std::uint8_t v) { return v == 0xA5; }));
+
+  // Not split, and still every byte: below kSplitBytes, one range, split
+  // off, or a read into two segments.
+  Pages far2(70), near2(70);
+  ASSERT_NE(far2.base, nullptr);
+  ASSERT_NE(near2.base, nullptr);
+  ReadBatch small(far2.base, near2.base, 3, kSplitBytes / 4, gap, 52);
+  ASSERT_EQ(small.read(true), static_cast<ssize_t>(3 * (kSplitBytes / 4)));
+  ReadBatch one(far2.base, near2.base, 1, kSplitBytes, gap, 53);
+  ASSERT_EQ(one.read(true), static_cast<ssize_t>(kSplitBytes));
+  ReadBatch off(far2.base, near2.base, 4, kSplitBytes / 4 + 8, gap, 54);
+  ASSERT_EQ(off.read(false), static_cast<ssize_t>(4 * (kSplitBytes / 4 + 8)));
+  for (std::size_t k = 0; k < 4; ++k)
+    EXPECT_EQ(0, std::memcmp(off.local[k].iov_base, off.src.data() + k * (kSplitBytes / 4 + 8), kSplitBytes / 4 + 8));
+  ReadBatch two(far2.base, near2.base, 4, kSplitBytes / 4 + 8, gap, 55);
+  const iovec whole0 = two.local[0];
+  two.local[0].iov_len = 1000;
+  two.local.insert(two.local.begin() + 1,
+                   iovec{static_cast<std::uint8_t*>(whole0.iov_base) + 1000, whole0.iov_len - 1000});
+  ASSERT_EQ(two.read(true), static_cast<ssize_t>(4 * (kSplitBytes / 4 + 8)));
+  EXPECT_EQ(0, std::memcmp(whole0.iov_base, two.src.data(), whole0.iov_len));
+  EXPECT_EQ(splits(), before + 1);
+}
+
+TEST(Copier, ReadsOfASplitBatchIntoTheSameBytesLeaveTheLastPosted) {
+  // Eight reads of 64 KiB, each from its own pattern, into the same bytes
+  // (what a benchmark reading into one buffer over and over posts): cut
+  // where they land, each byte here is written by one thread, the reads
+  // into it in posting order.
+  const std::size_t n = 8, len = 64 * 1024;
+  Pages far(n * 17 + 1), near(20);
+  ASSERT_NE(far.base, nullptr);
+  ASSERT_NE(near.base, nullptr);
+  for (int round = 0; round < 50; ++round) {
+    ReadBatch b(far.base, near.base, n, len, kPage, 61 + static_cast<unsigned>(round));
+    for (auto& l : b.local) l.iov_base = near.base + kPage + 8;
+    const std::uint64_t before = splits();
+    ASSERT_EQ(b.read(true), static_cast<ssize_t>(n * len));
+    EXPECT_EQ(splits(), before + 1) << "round " << round;
+    ASSERT_EQ(0, std::memcmp(near.base + kPage + 8, b.src.data() + (n - 1) * len, len))
+        << "round " << round << ": the last read posted is not what stays";
+  }
+}
+
+TEST(Copier, AFaultInASplitBatchOfReadsCountsOnlyTheReadsMovedInFull) {
+  // 16 reads of 64 KiB into destinations a page apart in posting order:
+  // reads 0-7 land below the cut (this thread), 8-15 above (the helper). A
+  // destination page made read-only stops the count at its read.
+  const std::size_t n = 16, len = 64 * 1024;
+  for (const std::size_t bad : {std::size_t{3}, std::size_t{12}}) {
+    SCOPED_TRACE("a read-only page in read " + std::to_string(bad));
+    Pages far(n * 17 + 2), near(n * 17 + 2);
+    ASSERT_NE(far.base, nullptr);
+    ASSERT_NE(near.base, nullptr);
+    ReadBatch b(far.base, near.base, n, len, kPage, 71);
+    for (std::size_t k = 0; k < n; ++k) b.local[k].iov_base = near.base + kPage + k * (len + kPage);
+    std::uint8_t* hole = static_cast<std::uint8_t*>(b.local[bad].iov_base) + 5 * kPage;
+    ASSERT_EQ(::mprotect(hole, kPage, PROT_READ), 0);
+    const std::uint64_t before = splits();
+    errno = 0;
+    const ssize_t moved = b.read(true);
+    EXPECT_EQ(splits(), before + 1);
+    EXPECT_EQ(moved, static_cast<ssize_t>(bad * len));
+    EXPECT_EQ(errno, EFAULT);
+    for (std::size_t k = 0; k < bad; ++k)
+      EXPECT_EQ(0, std::memcmp(b.local[k].iov_base, b.src.data() + k * len, len)) << "read " << k;
+    ASSERT_EQ(::mprotect(hole, kPage, PROT_READ | PROT_WRITE), 0);
+  }
+}
+
+TEST(Copier, ABatchOfReadsFromAPeerThatIsGoneIsReportedAsGone) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  std::vector<std::uint8_t> dst(kSplitBytes * 2 + 64), far(kSplitBytes * 2 + 64);
+  iovec l[2] = {iovec{dst.data(), kSplitBytes}, iovec{dst.data() + kSplitBytes + 64, kSplitBytes}};
+  iovec r[2] = {iovec{far.data(), kSplitBytes}, iovec{far.data() + kSplitBytes + 64, kSplitBytes}};
+  errno = 0;
+  EXPECT_EQ(read_ranges(child, l, 2, r, 2, true), -1);
   EXPECT_EQ(errno, ESRCH);
 }
 

@@ -1832,25 +1832,35 @@ TEST(SameHostGather, AQueueWhoseDescriptorTheProgramTookIsNotGatheredFor) {
   EXPECT_EQ(direct_ops(p->iep) - ops, 24u);
 }
 
-TEST(SameHostGather, ARefusedWriteInABatchEndsTheConnectionAndNothingAfterItLands) {
-  auto p = gathering_pair();
-  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
-  std::memset(p->local_mem.data(), 0x5c, p->local_mem.size());
-  RemoteRegion forged(p->rr.address(), p->rr.length(), p->rr.key() ^ 0x5a5a, p->rr.access(), false);
+/// Six 4 KiB writes (or reads) posted back to back right after a poll,
+/// local page i with target page i, the fourth with a forged key: the first
+/// three complete, the fourth fails as the target's refusal does, the last
+/// two are flushed, and the connection has ended.
+void post_six_with_a_forged_fourth(Pair& p, bool write) {
+  RemoteRegion forged(p.rr.address(), p.rr.length(), p.rr.key() ^ 0x5a5a, p.rr.access(), false);
   Completion none[1];
-  (void)p->icq.poll(none);
+  (void)p.icq.poll(none);
   for (int i = 0; i < 6; ++i) {
-    Segment seg(p->lmr, static_cast<std::uint64_t>(i) * 4096, 4096);
-    const RemoteRegion& dst = i == 3 ? forged : p->rr;
-    ASSERT_OK(p->iep.write({&seg, 1}, dst, static_cast<std::uint64_t>(i) * 4096, static_cast<std::uint64_t>(i)));
+    const auto at = static_cast<std::uint64_t>(i) * 4096;
+    Segment seg(p.lmr, at, 4096);
+    const RemoteRegion& rr = i == 3 ? forged : p.rr;
+    ASSERT_OK(write ? p.iep.write({&seg, 1}, rr, at, static_cast<std::uint64_t>(i))
+                    : p.iep.read({&seg, 1}, rr, at, static_cast<std::uint64_t>(i)));
   }
-  auto c = collect(p->icq, 6);
+  auto c = collect(p.icq, 6);
   ASSERT_EQ(c.size(), 6u) << describe(c);
   for (std::size_t i = 0; i < 3; ++i) EXPECT_FALSE(c[i].status) << describe(c[i]);
   EXPECT_EQ(c[3].status, make_error_code(Errc::remote_access)) << describe(c[3]);
   EXPECT_EQ(c[4].status, make_error_code(Errc::flushed)) << describe(c[4]);
   EXPECT_EQ(c[5].status, make_error_code(Errc::flushed)) << describe(c[5]);
-  EXPECT_EQ(p->iep.state(), EndpointState::error);
+  EXPECT_EQ(p.iep.state(), EndpointState::error);
+}
+
+TEST(SameHostGather, ARefusedWriteInABatchEndsTheConnectionAndNothingAfterItLands) {
+  auto p = gathering_pair();
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  std::memset(p->local_mem.data(), 0x5c, p->local_mem.size());
+  post_six_with_a_forged_fourth(*p, /*write=*/true);
   EXPECT_TRUE(target_written_up_to(*p, 3 * 4096, 0x5c)) << "the writes before the refused one, and none after it";
 }
 
@@ -2284,6 +2294,149 @@ TEST(SameHostGather, TheEnvironmentTurnsItOff) {
   for (int round = 0; round < 3; ++round) (void)post_batch(*p, 8, static_cast<std::uint8_t>(round + 1), 10 * round);
   EXPECT_EQ(batched(p->iep), 0u);
   EXPECT_EQ(direct_ops(p->iep), 24u);
+}
+
+// ---- reads posted back to back, moved by one call ----
+
+/// Rounds (at most 20) of `n` reads of `len` bytes posted back to back
+/// right after a poll, read i from target offset `from(i)` into local offset
+/// `to(i)` (the target filled again each round, byte x of it
+/// `fill(round, x)`; the local memory 0x11), until one round went in one
+/// batch: true then. Every round's reads must complete in posting order
+/// and leave what one call in posting order leaves: each local byte as the
+/// last read into it put it, and every other as it was.
+template <typename From, typename To>
+bool read_batch(Pair& p, std::size_t n, std::size_t len, From from, To to) {
+  auto fill = [](int round, std::size_t x) { return static_cast<std::uint8_t>((x / 4096) * 7 + x % 251 + round); };
+  for (int round = 0; round < 20; ++round) {
+    for (std::size_t x = 0; x < p.target_mem.size(); ++x) p.target_mem[x] = fill(round, x);
+    std::memset(p.local_mem.data(), 0x11, p.local_mem.size());
+    let_agent_look(p);
+    Completion none[1];
+    (void)p.icq.poll(none);
+    const std::uint64_t before = batched(p.iep);
+    for (std::size_t i = 0; i < n; ++i) {
+      Segment seg(p.lmr, to(i), len);
+      EXPECT_OK(p.iep.read({&seg, 1}, p.rr, from(i), 100 + i));
+    }
+    auto c = collect(p.icq, n);
+    EXPECT_EQ(c.size(), n);
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      EXPECT_FALSE(c[i].status) << describe(c[i]);
+      EXPECT_EQ(c[i].cookie, 100 + i) << "completions out of posting order";
+      EXPECT_EQ(c[i].op, Opcode::read);
+    }
+    std::vector<std::ptrdiff_t> source(p.local_mem.size(), -1);  // the target byte each local byte holds
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t b = 0; b < len; ++b) source[to(i) + b] = static_cast<std::ptrdiff_t>(from(i) + b);
+    std::size_t wrong = 0, first_wrong = 0;
+    for (std::size_t x = 0; x < source.size(); ++x) {
+      const std::uint8_t want = source[x] < 0 ? 0x11 : fill(round, static_cast<std::size_t>(source[x]));
+      if (p.local_mem[x] != want && wrong++ == 0) first_wrong = x;
+    }
+    EXPECT_EQ(wrong, 0u) << "round " << round << ": local byte " << first_wrong << " is not what the last read into it "
+                         << "brought (or was touched by none)";
+    if (batched(p.iep) == before + n) return true;
+  }
+  return false;
+}
+
+TEST(SameHostGather, ReadsPostedBackToBackWhileAUserPollsAreMovedByOneCall) {
+  auto p = gathering_pair();
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  const std::uint64_t ops = direct_ops(p->iep);
+  EXPECT_TRUE(read_batch(
+      *p, 8, 4096, [](std::size_t i) { return (7 - i) * 4096; }, [](std::size_t i) { return i * 4096; }))
+      << "in 20 rounds, 8 reads posted back to back never went in one batch";
+  EXPECT_GT(direct_ops(p->iep), ops);
+  EXPECT_EQ(p->iep.state(), EndpointState::connected);
+}
+
+TEST(SameHostGather, ReadsOfABatchIntoTheSameBytesLeaveTheLastPosted) {
+  auto p = gathering_pair();
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  EXPECT_TRUE(read_batch(
+      *p, 8, 4096, [](std::size_t i) { return i * 4096; }, [](std::size_t) { return 4096; }))
+      << "in 20 rounds, 8 reads posted back to back never went in one batch";
+}
+
+TEST(SameHostGather, LargeReadsOfABatchAreMovedByTwoThreads) {
+  // Eight 64 KiB reads (512 KiB, past kSplitBytes): the batch is cut where
+  // the bytes land here, the two sides moved at once (copier.hpp,
+  // read_ranges); into disjoint blocks, and four reads each into two blocks.
+  auto p = gathering_pair(8 * 64 * 1024);
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  constexpr std::size_t kLen = 64 * 1024;
+  std::uint64_t before = splits();
+  EXPECT_TRUE(read_batch(
+      *p, 8, kLen, [](std::size_t i) { return i * kLen; }, [](std::size_t i) { return (7 - i) * kLen; }))
+      << "in 20 rounds, eight reads posted back to back never went in one batch";
+  EXPECT_GT(splits(), before) << "a batch of eight 64 KiB reads into disjoint blocks was not split";
+  before = splits();
+  EXPECT_TRUE(read_batch(
+      *p, 8, kLen, [](std::size_t i) { return i * kLen; }, [](std::size_t i) { return (i % 2) * kLen; }))
+      << "in 20 rounds, eight reads posted back to back never went in one batch";
+  EXPECT_GT(splits(), before) << "a batch of eight 64 KiB reads into two blocks was not split";
+  EXPECT_EQ(p->iep.state(), EndpointState::connected);
+}
+
+TEST(SameHostGather, ARefusedReadInABatchEndsTheConnectionAndNothingAfterItLands) {
+  auto p = gathering_pair();
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  std::memset(p->target_mem.data(), 0x6d, p->target_mem.size());
+  post_six_with_a_forged_fourth(*p, /*write=*/false);
+  EXPECT_TRUE(std::all_of(p->local_mem.begin(), p->local_mem.begin() + 3 * 4096, [](std::uint8_t b) {
+    return b == 0x6d;
+  })) << "a read before the refused one did not land";
+  EXPECT_TRUE(std::all_of(p->local_mem.begin() + 3 * 4096, p->local_mem.end(), [](std::uint8_t b) { return b == 0; }))
+      << "a read from the refused one on landed";
+}
+
+TEST(SameHostGather, ReadsAndWritesPostedBackToBackKeepTheirOrder) {
+  // Writes of 0x21 to pages 0-3, then reads of pages 0-3, then writes of
+  // 0x22 to them, then reads again, all back to back: each read finds the
+  // writes posted before it and none after (a batch holds one kind; the
+  // other kind places it first).
+  auto p = gathering_pair();
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  std::memset(p->local_mem.data(), 0x21, 4 * 4096);
+  std::memset(p->local_mem.data() + 4 * 4096, 0x22, 4 * 4096);
+  Completion none[1];
+  (void)p->icq.poll(none);
+  std::uint64_t cookie = 0;
+  for (std::uint64_t fill_block : {0, 4}) {
+    for (std::uint64_t i = 0; i < 4; ++i) {
+      Segment seg(p->lmr, (fill_block + i) * 4096, 4096);
+      ASSERT_OK(p->iep.write({&seg, 1}, p->rr, i * 4096, cookie++));
+    }
+    for (std::uint64_t i = 0; i < 4; ++i) {
+      Segment seg(p->lmr, (8 + fill_block + i) * 4096, 4096);
+      ASSERT_OK(p->iep.read({&seg, 1}, p->rr, i * 4096, cookie++));
+    }
+  }
+  auto c = collect(p->icq, 16);
+  ASSERT_EQ(c.size(), 16u) << describe(c);
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    EXPECT_FALSE(c[i].status) << describe(c[i]);
+    EXPECT_EQ(c[i].cookie, i) << "completions out of posting order";
+  }
+  auto holds = [&](std::size_t page, std::uint8_t v) {
+    return std::all_of(p->local_mem.begin() + static_cast<std::ptrdiff_t>(page * 4096),
+                       p->local_mem.begin() + static_cast<std::ptrdiff_t>((page + 4) * 4096),
+                       [v](std::uint8_t b) { return b == v; });
+  };
+  EXPECT_TRUE(holds(8, 0x21)) << "the first reads did not find the writes before them, or found those after";
+  EXPECT_TRUE(holds(12, 0x22)) << "the second reads did not find the writes before them";
+}
+
+TEST(SameHostGather, TheEnvironmentTurnsItOffForReadsToo) {
+  ::setenv("REMORA_GATHER_WRITES", "0", 1);
+  auto p = gathering_pair();
+  ::unsetenv("REMORA_GATHER_WRITES");
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  EXPECT_FALSE(read_batch(
+      *p, 8, 4096, [](std::size_t i) { return i * 4096; }, [](std::size_t i) { return i * 4096; }));
+  EXPECT_EQ(batched(p->iep), 0u);
 }
 
 TEST(SameHostSwitch, OnWithoutAnySetting) {

@@ -381,6 +381,26 @@ std::size_t whole(const Cut* w, std::size_t nr, std::uintptr_t lo, std::uintptr_
   return nr;
 }
 
+/// The address a batch is cut at: the lowest in [lo, hi] with `share` 64ths
+/// of the `bytes` of the pieces (below() counts them) under it, then the
+/// page boundary nearest to it, so that no page is pinned by both threads,
+/// unless that leaves all on one side; 0 when every cut does.
+std::uintptr_t cut_at(const Cut* w, std::size_t nr, std::uintptr_t lo, std::uintptr_t hi, std::size_t bytes,
+                      std::size_t share) noexcept {
+  std::uintptr_t a = lo, b = hi;
+  while (a < b) {
+    const std::uintptr_t mid = a + (b - a) / 2;
+    if (64 * below(w, nr, mid) >= bytes * share)
+      b = mid;
+    else
+      a = mid + 1;
+  }
+  std::uintptr_t cut = (a + 2048) & ~std::uintptr_t{4095};
+  if (below(w, nr, cut) == 0 || below(w, nr, cut) == bytes) cut = a;
+  if (below(w, nr, cut) == 0 || below(w, nr, cut) == bytes) return 0;
+  return cut;
+}
+
 }  // namespace
 
 ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec* remote, std::size_t nr, bool split,
@@ -408,22 +428,10 @@ ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec*
   }
   if (bodies == 0 || !tails_stay_last(w, nr)) return one_call(pid, true, local, nl, remote, nr);
 
-  // The cut: the lowest address with half the bodies' bytes below it (they
-  // grow with it; with a far hand, the caller's share of them), then the
-  // page boundary nearest to it, so that no page of a body is pinned by both
-  // threads, unless that leaves all on one side.
-  const std::size_t mine_of_64 = callers_share(far);
-  std::uintptr_t a = lo, b = hi;
-  while (a < b) {
-    const std::uintptr_t mid = a + (b - a) / 2;
-    if (64 * below(w, nr, mid) >= bodies * mine_of_64)
-      b = mid;
-    else
-      a = mid + 1;
-  }
-  std::uintptr_t cut = (a + 2048) & ~std::uintptr_t{4095};
-  if (below(w, nr, cut) == 0 || below(w, nr, cut) == bodies) cut = a;
-  if (below(w, nr, cut) == 0 || below(w, nr, cut) == bodies) return one_call(pid, true, local, nl, remote, nr);
+  // The cut: half the bodies' bytes below it (with a far hand, the
+  // caller's share of them).
+  const std::uintptr_t cut = cut_at(w, nr, lo, hi, bodies, callers_share(far));
+  if (cut == 0) return one_call(pid, true, local, nl, remote, nr);
 
   // Every write's body cut at `cut`: the part below for this thread, the
   // part above for the helper, each list in posting order (so every byte is
@@ -515,6 +523,79 @@ ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec*
   return static_cast<ssize_t>(placed);
 }
 
+ssize_t read_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec* remote, std::size_t nr, bool split,
+                    const std::uint64_t* keys, FarHand* far) noexcept {
+  std::size_t total = 0;
+  for (std::size_t k = 0; k < nr; ++k) total += remote[k].iov_len;
+  if (!split || nr < 2 || nr > kMaxRanges || nl != nr || total < kSplitBytes)
+    return one_call(pid, false, local, nl, remote, nr);
+  // One destination segment per read, as long as its range: each read's
+  // bytes are cut by where they land here.
+  Cut w[kMaxRanges];
+  std::uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (std::size_t k = 0; k < nr; ++k) {
+    if (local[k].iov_len != remote[k].iov_len) return one_call(pid, false, local, nl, remote, nr);
+    const auto at = reinterpret_cast<std::uintptr_t>(local[k].iov_base);
+    w[k] = Cut{at, at + local[k].iov_len, at + local[k].iov_len, 0};
+    if (local[k].iov_len != 0) {
+      lo = std::min(lo, at);
+      hi = std::max(hi, w[k].body);
+    }
+  }
+  // The cut: half the bytes landing below it (with a far hand, the
+  // caller's share of them).
+  const std::uintptr_t cut = cut_at(w, nr, lo, hi, total, callers_share(far));
+  if (cut == 0) return one_call(pid, false, local, nl, remote, nr);
+
+  // Every read cut at `cut` where it lands: the part below for this thread,
+  // the part above for the helper, each list in posting order, so every
+  // byte here is written by one thread, the reads into it in posting order
+  // (overlapping destinations end as one call leaves them).
+  Job job;
+  job.pid = pid;
+  job.write = false;
+  job.n = 0;
+  job.nr = 0;
+  std::uint64_t job_keys[kMaxRanges] = {};
+  iovec first_local[kMaxRanges], first_remote[kMaxRanges];
+  std::size_t fn = 0, first = 0, second = 0;
+  for (std::size_t k = 0; k < nr; ++k) {
+    const Cut& c = w[k];
+    char* from = static_cast<char*>(remote[k].iov_base);
+    if (const std::uintptr_t e = std::min(c.body, cut); c.at < e) {
+      first_local[fn] = iovec{reinterpret_cast<void*>(c.at), e - c.at};
+      first_remote[fn++] = iovec{from, e - c.at};
+      first += e - c.at;
+    }
+    if (const std::uintptr_t s0 = std::max(c.at, cut); s0 < c.body) {
+      job.local[job.n++] = iovec{reinterpret_cast<void*>(s0), c.body - s0};
+      if (keys != nullptr) job_keys[job.nr] = keys[k];
+      job.remote[job.nr++] = iovec{from + (s0 - c.at), c.body - s0};
+      second += c.body - s0;
+    }
+  }
+  Helper* h = nullptr;
+  if (!hand_over(job, keys != nullptr ? job_keys : nullptr, far, &h))
+    return one_call(pid, false, local, nl, remote, nr);
+  errno = 0;
+  const ssize_t moved1 = one_call(pid, false, first_local, fn, first_remote, fn);
+  const int err1 = errno;
+  int err2 = 0;
+  const ssize_t moved2 = h != nullptr ? second_part(*h, err2) : far_part(*far, job, err2);
+  if (moved1 == static_cast<ssize_t>(first) && moved2 == static_cast<ssize_t>(second))
+    return static_cast<ssize_t>(total);
+  if (const int gone = out_of_reach({{moved1, err1}, {moved2, err2}}); gone != 0) {
+    errno = gone;
+    return -1;
+  }
+  // The reads, from the first, whose pieces in both lists were moved whole.
+  const std::size_t reads_whole = std::min(whole(w, nr, 0, cut, moved1), whole(w, nr, cut, UINTPTR_MAX, moved2));
+  std::size_t placed = 0;
+  for (std::size_t k = 0; k < reads_whole; ++k) placed += remote[k].iov_len;
+  errno = EFAULT;
+  return static_cast<ssize_t>(placed);
+}
+
 std::uint64_t copies_helped() noexcept { return helped.load(std::memory_order_relaxed); }
 std::uint64_t copies_taken_back() noexcept { return taken_back.load(std::memory_order_relaxed); }
 std::uint64_t copies_moved_by_peer() noexcept { return moved_by_peer.load(std::memory_order_relaxed); }
@@ -534,7 +615,7 @@ bool peer_helper_allowed_by_environment() noexcept {
 bool gather_allowed_by_environment() noexcept {
   static std::atomic<bool> said{false};
   return switch_from_environment("REMORA_GATHER_WRITES",
-                                 "writes posted back to back stay gathered into one cross-memory call", said);
+                                 "writes and reads posted back to back stay gathered into one cross-memory call", said);
 }
 
 }  // namespace remora::detail::direct

@@ -164,6 +164,25 @@ ssize_t cross_memory(pid_t pid, bool write, const iovec* local, std::size_t n, i
 ssize_t write_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec* remote, std::size_t nr, bool split,
                      const std::uint64_t* keys = nullptr, FarHand* far = nullptr) noexcept;
 
+/// process_vm_readv of the ranges `remote` (`nr`, at most kMaxRanges) of
+/// process `pid` into `local` (`nl` segments), which take the ranges' bytes
+/// in order: the reads of a batch. When `split` is true, the reads are two
+/// or more holding at least kSplitBytes together and each lands in one
+/// segment as long as its range (`nl` == `nr`), the segments are cut at one
+/// address of this process, the page boundary nearest the point that halves
+/// their bytes: this thread moves the parts below it, the helper those
+/// above, at once, each list in posting order, so every byte here is
+/// written by one thread, the reads into it in posting order, and
+/// overlapping destinations end as one call leaves them. The result: the
+/// whole length when all was moved; -1 with errno EPERM or ESRCH (the peer
+/// is out of reach) when a call failed so; else a length that covers only
+/// reads moved in full (those before the first one a list came up short
+/// in), with errno EFAULT. `keys` (one per range) and `far`: as for
+/// cross_memory (the peer moves its part by process_vm_writev into this
+/// process).
+ssize_t read_ranges(pid_t pid, const iovec* local, std::size_t nl, const iovec* remote, std::size_t nr, bool split,
+                    const std::uint64_t* keys = nullptr, FarHand* far = nullptr) noexcept;
+
 /// Transfers whose second part the helper moved, in this process (tests,
 /// remora-info).
 std::uint64_t copies_helped() noexcept;

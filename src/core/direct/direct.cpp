@@ -604,11 +604,12 @@ Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, st
 
 static_assert(Peer::kMaxBatch == kMaxRanges && Peer::kMaxBatch * kMaxLocal == kMaxRangeSegments);
 
-std::size_t Peer::write_many(std::span<Write> batch, bool split, FarHand* far) {
+std::size_t Peer::move_many(bool write, std::span<Item> batch, bool split, FarHand* far) {
+  const std::uint64_t need = write ? kWrite : kRead;
   std::size_t placed = 0;
   while (placed < batch.size()) {
-    // A run of writes into memory not shareable here, from `placed` on: each
-    // checked and its entry entered, then one call for all of them.
+    // A run of transfers with memory not shareable here, from `placed` on:
+    // each checked and its entry entered, then one call for all of them.
     Found entered[kMaxBatch];
     iovec liov[kMaxBatch * kMaxLocal];
     iovec riov[kMaxBatch];
@@ -617,13 +618,13 @@ std::size_t Peer::write_many(std::span<Write> batch, bool split, FarHand* far) {
     bool huge = false;  // a write of the run lies in the owner's huge pages
     bool stop = false;  // batch[placed + run] is decided (not placed): end after the run
     for (std::size_t i = placed; i < batch.size() && run < kMaxBatch; ++i) {
-      Write& w = batch[i];
+      Item& w = batch[i];
       Found f;
       bool in = false, checked = false;
       for (int attempt = 0; attempt < 16 && !in; ++attempt) {
         f = lookup(w.key);
         if (f.torn) continue;
-        if (const auto no = refusal(f, w.raddr, w.total, kWrite)) {
+        if (const auto no = refusal(f, w.raddr, w.total, need)) {
           w.outcome = *no;
           break;
         }
@@ -666,13 +667,14 @@ std::size_t Peer::write_many(std::span<Write> batch, bool split, FarHand* far) {
         // for the writes' bytes on its side of one address, with each
         // write's last bytes placed in order after them (copier.hpp,
         // write_ranges).
-        moved = write_ranges(pid_, liov, nl, riov, run, split, keys, huge ? nullptr : far);
+        moved = write ? write_ranges(pid_, liov, nl, riov, run, split, keys, huge ? nullptr : far)
+                      : read_ranges(pid_, liov, nl, riov, run, split, keys, huge ? nullptr : far);
         err = errno;
       }
       for (std::size_t k = 0; k < run; ++k) leave(entered[k]);
       std::uint64_t left = moved < 0 ? 0 : static_cast<std::uint64_t>(moved);
       for (std::size_t k = 0; k < run; ++k) {
-        Write& w = batch[placed];
+        Item& w = batch[placed];
         if (left < w.total) {
           // Short (a fault) or refused by the kernel: this write and the
           // rest are the transport's (EPERM, ESRCH: the path is gone).
@@ -686,9 +688,9 @@ std::size_t Peer::write_many(std::span<Write> batch, bool split, FarHand* far) {
       continue;
     }
     if (stop || placed == batch.size()) break;
-    // The next write is into a shareable region: placed on its own.
-    Write& w = batch[placed];
-    w.outcome = transfer(true, w.local, w.total, w.raddr, w.key, false, &w.mapped);
+    // The next one is with a shareable region: placed on its own.
+    Item& w = batch[placed];
+    w.outcome = transfer(write, w.local, w.total, w.raddr, w.key, false, &w.mapped);
     if (w.outcome != Outcome::done) break;
     ++placed;
   }

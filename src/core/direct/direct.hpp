@@ -260,8 +260,9 @@ class Peer {
   /// part when `far` takes it: copier.hpp).
   Outcome transfer(bool write, std::span<const backend::Iov> local, std::uint64_t total, std::uint64_t raddr,
                    std::uint64_t key, bool split, bool* mapped = nullptr, FarHand* far = nullptr);
-  /// One write of a batch (write_many): what to place, and its outcome.
-  struct Write {
+  /// One write or read of a batch (write_many, read_many): what to move,
+  /// and its outcome.
+  struct Item {
     std::span<const backend::Iov> local;
     std::uint64_t total = 0, raddr = 0, key = 0;
     Outcome outcome = Outcome::tcp;
@@ -284,7 +285,19 @@ class Peer {
   /// When `split`, a call's writes may be placed by two threads at once
   /// (write_ranges): the last bytes of each still land after every byte of
   /// the writes before it.
-  std::size_t write_many(std::span<Write> batch, bool split, FarHand* far = nullptr);
+  std::size_t write_many(std::span<Item> batch, bool split, FarHand* far = nullptr) {
+    return move_many(true, batch, split, far);
+  }
+  /// Reads posted back to back (at most kMaxBatch), as write_many places
+  /// writes: checked as transfer() checks them (remote read), consecutive
+  /// ones from memory not mapped here in one process_vm_readv call (split
+  /// over two threads when `split` and large: read_ranges, where every byte
+  /// of this process is written by one thread, the reads into it in posting
+  /// order), each other one by transfer(). Stops at the first read not
+  /// moved; returns how many were.
+  std::size_t read_many(std::span<Item> batch, bool split, FarHand* far = nullptr) {
+    return move_many(false, batch, split, far);
+  }
   /// The 8-byte atomic write as an atomic store through the mapping of a
   /// shareable entry, after the target's checks. `done`, or `tcp` for
   /// anything else (not shareable, not mappable, a failed check: the
@@ -346,6 +359,8 @@ class Peer {
 
  private:
   Peer() = default;
+  /// write_many (`write`) or read_many.
+  std::size_t move_many(bool write, std::span<Item> batch, bool split, FarHand* far);
   static std::shared_ptr<Peer> open(std::uint64_t pid, std::uint64_t fd, std::uint64_t nonce, std::uint64_t boot_hash,
                                     std::uint64_t pidns, std::string& why);
   /// A region of the peer mapped here: entry `index` as of `seq`. Unmapped

@@ -247,12 +247,15 @@ int EndpointImpl::post_slot(OpSlot& s) {
 
 Result<void> EndpointImpl::submit(std::uint32_t index) {
   OpSlot& s = slots[index];
-  if (s.kind == OpSlot::Kind::write) note_write();
+  if (s.kind == OpSlot::Kind::write || s.kind == OpSlot::Kind::read) note_write();
   if (!gathered.empty()) {
-    // Another write posted back to back joins them; anything else places
-    // them first (the operation comes after them in every respect).
+    // Another write (or read, after reads) posted back to back joins them;
+    // anything else places them first (the operation comes after them in
+    // every respect).
     std::int64_t now = 0;
-    if (gathered.size() < kMaxGathered && gatherable(s, now) && gathered_bytes + s.done.length <= kGatherBytes) {
+    const OpSlot::Kind batch = slots[gathered.front()].kind;
+    if (gathered.size() < kMaxGathered && s.kind == batch && gatherable(s, now) &&
+        gathered_bytes + s.done.length <= kGatherBytes) {
       gathered.push_back(index);
       gathered_bytes += s.done.length;
       gather_last_post = now;
@@ -261,7 +264,7 @@ Result<void> EndpointImpl::submit(std::uint32_t index) {
     }
     // A VISIBILITY flush the table allows joins them too: it completes once
     // the writes before it are placed, which is all it asks.
-    if (gathered.size() < kMaxGathered && joins_gathered(s)) {
+    if (batch == OpSlot::Kind::write && gathered.size() < kMaxGathered && joins_gathered(s)) {
       gathered.push_back(index);
       if (gathered.size() == kMaxGathered) flush_gathered();
       return {};
@@ -343,7 +346,7 @@ bool EndpointImpl::try_direct(OpSlot& s, bool deferred_front) {
   if (s.done.length == 0) return false;  // nothing to place: the transport's rules apply
   std::int64_t now = 0;
   if (!deferred_front && gatherable(s, now)) {
-    // Placed with the writes posted right after it, at the latest when the
+    // Placed with the writes (or reads) posted right after it, at the latest when the
     // user's next poll drives the endpoint; should the user stop polling,
     // the agent places them within kGatherBound.
     gathered.push_back(s.index);
@@ -407,14 +410,15 @@ bool EndpointImpl::try_direct(OpSlot& s, bool deferred_front) {
 }
 
 bool EndpointImpl::gatherable(const OpSlot& s, std::int64_t& now) const {
-  // A plain write smaller than a split transfer (copier.hpp), while a user
-  // thread polls the endpoint's completion queue (CompletionQueue::poll
-  // claims it for 1 ms), into a region not mapped here (a memcpy through a
-  // mapping has no call to share): that thread's next poll places it. A program that
-  // sleeps in wait() or on the queue's descriptor has its writes placed at
-  // once, as before.
-  if (s.kind != OpSlot::Kind::write || s.with_data || s.fence || s.check || s.done.length == 0 ||
-      s.done.length >= direct::kSplitBytes || !direct_peer || state != EndpointState::connected || !zone->direct_gather)
+  // A plain write or read smaller than a split transfer (copier.hpp), while
+  // a user thread polls the endpoint's completion queue (CompletionQueue::
+  // poll claims it for 1 ms), with a region not mapped here (a memcpy
+  // through a mapping has no call to share): that thread's next poll places
+  // it. A program that sleeps in wait() or on the queue's descriptor has its
+  // writes and reads placed at once, as before.
+  if ((s.kind != OpSlot::Kind::write && s.kind != OpSlot::Kind::read) || s.with_data || s.fence || s.check ||
+      s.done.length == 0 || s.done.length >= direct::kSplitBytes || !direct_peer || state != EndpointState::connected ||
+      !zone->direct_gather)
     return false;
   // One write per poll (the stretch before this write's had one, and it is
   // the first since): the poll right after it would place it alone anyway,
@@ -473,17 +477,19 @@ void EndpointImpl::note_write() {
 void EndpointImpl::flush_gathered() {
   if (gathered.empty()) return;
   std::uint32_t index[kMaxGathered];
-  direct::Peer::Write writes[direct::Peer::kMaxBatch];
+  direct::Peer::Item items[direct::Peer::kMaxBatch];
   const std::size_t entries = gathered.size();
+  // Writes, with the flushes that joined them, or reads.
+  const OpSlot::Kind kind = slots[gathered.front()].kind;
   std::size_t n = 0;
   for (std::size_t k = 0; k < entries; ++k) {
     const OpSlot& s = slots[gathered[k]];
     index[k] = gathered[k];
-    if (s.kind != OpSlot::Kind::write) continue;  // a flush that joined them
-    writes[n].local = std::span<const backend::Iov>(s.iov, s.iov_count);
-    writes[n].total = s.done.length;
-    writes[n].raddr = s.raddr;
-    writes[n].key = s.rkey;
+    if (s.kind != kind) continue;  // a flush that joined the writes
+    items[n].local = std::span<const backend::Iov>(s.iov, s.iov_count);
+    items[n].total = s.done.length;
+    items[n].raddr = s.raddr;
+    items[n].key = s.rkey;
     ++n;
   }
   gathered.clear();
@@ -493,17 +499,20 @@ void EndpointImpl::flush_gathered() {
   if (direct_peer) {
     std::optional<PullHand> hand;
     if (pulls_now()) hand.emplace(*outbox, *direct_peer, pulls_offered, pull_share);
-    placed = direct_peer->write_many({writes, n}, zone->direct_split, hand ? &*hand : nullptr);
+    placed = kind == OpSlot::Kind::write
+                 ? direct_peer->write_many({items, n}, zone->direct_split, hand ? &*hand : nullptr)
+                 : direct_peer->read_many({items, n}, zone->direct_split, hand ? &*hand : nullptr);
     if (hand && hand->unreachable()) outbox_takes_pulls = false;
   }
-  // Every slot up to the first write not placed completes: the writes, and
-  // the flushes, whose writes before them are all placed.
+  // Every slot up to the first write (or read) not placed completes: the
+  // writes or reads, and the flushes, whose writes before them are all
+  // placed.
   std::size_t k = 0;
   for (std::size_t w = 0; k < entries; ++k) {
     OpSlot& s = slots[index[k]];
-    if (s.kind == OpSlot::Kind::write) {
+    if (s.kind == kind) {
       if (w == placed) break;
-      if (writes[w].mapped) direct_mapped_ops.fetch_add(1, std::memory_order_relaxed);
+      if (items[w].mapped) direct_mapped_ops.fetch_add(1, std::memory_order_relaxed);
       if (n > 1) direct_batched.fetch_add(1, std::memory_order_relaxed);
       ++w;
     } else {
@@ -513,20 +522,20 @@ void EndpointImpl::flush_gathered() {
     complete(s, {});
   }
   if (k == entries) return;
-  if (writes[placed].outcome == direct::Peer::Outcome::refused) {
+  if (items[placed].outcome == direct::Peer::Outcome::refused) {
     // As the target's refusal over the transport: remote_access, the
     // connection ends, and the operations after it are flushed.
     direct_ops.fetch_add(1, std::memory_order_relaxed);
     fail(&slots[index[k]], make_error_code(Errc::remote_access), ConnectionEventType::lost);
     return;
   }
-  if (writes[placed].outcome == direct::Peer::Outcome::broken) {
+  if (items[placed].outcome == direct::Peer::Outcome::broken) {
     direct_why_not = "the peer can no longer be reached directly (EPERM, ESRCH or exited)";
     direct_peer.reset();
   }
-  // The rest (writes, and flushes after them) go over the transport, in
-  // posting order (nothing else is in flight or deferred while writes are
-  // gathered).
+  // The rest (writes and the flushes after them, or reads) go over the
+  // transport, in posting order (nothing else is in flight or deferred while
+  // operations are gathered).
   gathered_by_transport.fetch_add(n - placed, std::memory_order_relaxed);
   for (; k < entries; ++k) deferred.push_back(index[k]);
   pump_deferred();
