@@ -136,6 +136,15 @@ std::size_t walk_at(const Config& c, std::uint64_t i, std::size_t size) {
   return c.span > size ? static_cast<std::size_t>(i % (c.span / size)) * size : 0;
 }
 
+// The bytes from the target's start that `writes` writes of `size` bytes
+// placed by walk_at from i = 0 cover (what the child checks after a
+// measurement): every slot they reached, at most the span's; the first
+// `size` when the target is not walked.
+std::size_t walked_bytes(const Config& c, std::uint64_t writes, std::size_t size) {
+  if (c.span <= size) return size;
+  return static_cast<std::size_t>(std::min<std::uint64_t>(writes, c.span / size)) * size;
+}
+
 bool wanted(const Config& c, std::string_view engine) {
   return c.only.empty() || c.only.find("," + std::string(engine) + ",") != std::string::npos;
 }
@@ -555,7 +564,7 @@ void run_cma(const Config& cfg, Output& out) {
     const std::uint64_t chunk = std::max<std::uint64_t>(1, (std::size_t{256} << 10) / size);
     timed(cfg.duration_s / 4, chunk, writes(size));
     for (unsigned rep = 0; rep < cfg.reps; ++rep) add_batch(r, timed(cfg.duration_s, chunk, writes(size)));
-    child.check(size, fill_byte(size));
+    child.check(walked_bytes(cfg, next, size), fill_byte(size));  // the last repetition's writes
     out.row(r);
   }
   // Latency: every 8-byte write timed on its own.
@@ -691,7 +700,7 @@ void run_cma_pair(const Config& cfg, Output& out) {
     const std::uint64_t chunk = std::max<std::uint64_t>(kQueueDepth, (std::size_t{1} << 20) / size);
     timed(cfg.duration_s / 4, chunk, run);
     for (unsigned rep = 0; rep < cfg.reps; ++rep) add_batch(r, timed(cfg.duration_s, chunk, run));
-    child.check(size, fill_byte(size));
+    child.check(walked_bytes(cfg, next, size), fill_byte(size));
     out.row(r);
   }
   if (const int st = child.finish(); st != 0)
@@ -848,6 +857,11 @@ class ShmWriter {
   ShmWriter(ShmEndpoint& ep, fi_addr_t peer, std::uint64_t base, std::uint64_t key, std::byte* src)
       : ep_(ep), peer_(peer), base_(base), key_(key), src_(src) {}
 
+  // The next stream() starts at the target's offset 0.
+  void restart_walk() { walked_ = 0; }
+  // Writes stream() posted since restart_walk().
+  std::uint64_t walked() const { return walked_; }
+
   // Posts one write to offset `at` of the target; false when the provider
   // says to retry later.
   bool post(std::size_t size, bool delivery, fi_context* ctx, std::size_t at = 0) {
@@ -901,14 +915,19 @@ class ShmWriter {
   }
 
   // `n` writes of `size` bytes keeping `qd` posted, walking the target
-  // (walk_at) when `cfg` gives it a span.
+  // (walk_at) when `cfg` gives it a span: each at the offset after the last
+  // one's, of this call or the calls before it since restart_walk() (each
+  // call is one chunk of a timed run: starting every call at offset 0 would
+  // walk only its first n writes' bytes, which the caches hold).
   void stream(const Config& cfg, std::uint64_t n, std::size_t size, bool delivery, unsigned qd) {
     std::uint64_t posted = 0, done = 0;
     auto deadline = Clock::now() + kWaitLimit;
     while (done < n) {
       while (posted < n && posted - done < qd &&
-             post(size, delivery, &ctx_[posted % kQueueDepth], walk_at(cfg, posted, size)))
+             post(size, delivery, &ctx_[posted % kQueueDepth], walk_at(cfg, walked_, size))) {
         ++posted;
+        ++walked_;
+      }
       const std::size_t got = ep_.poll();
       if (got > 0) {
         done += got;
@@ -925,6 +944,7 @@ class ShmWriter {
   std::uint64_t base_, key_;
   std::byte* src_;
   fi_context ctx_[kQueueDepth]{};
+  std::uint64_t walked_ = 0;  // writes stream() posted since restart_walk()
 };
 
 void run_shm(const Config& cfg, Output& out) {
@@ -982,10 +1002,13 @@ void run_shm(const Config& cfg, Output& out) {
   modes.push_back(false);
   for (const bool delivery : modes) {
     for (const std::size_t size : cfg.sizes) {
-      std::memset(src.data(), fill_byte(size), size);
+      // Each mode its own byte, so that the check after it sees its writes.
+      const int fill = fill_byte(size) ^ (delivery ? 0 : 0x80);
+      std::memset(src.data(), fill, size);
       Row r{"libfabric-shm", "write", size, kQueueDepth, delivery ? "delivery" : "default", {}, {}, {}, {}, 0};
       const std::uint64_t chunk = std::max<std::uint64_t>(kQueueDepth, (std::size_t{1} << 20) / size);
       auto run = [&](std::uint64_t n) { writer.stream(cfg, n, size, delivery, kQueueDepth); };
+      writer.restart_walk();
       timed(cfg.duration_s / 4, chunk, run);
       for (unsigned rep = 0; rep < cfg.reps; ++rep) add_batch(r, timed(cfg.duration_s, chunk, run));
       // A default completion says nothing of the target: check after one
@@ -997,7 +1020,7 @@ void run_shm(const Config& cfg, Output& out) {
       } else {
         usleep(100000);
       }
-      child.check(size, fill_byte(size));
+      child.check(walked_bytes(cfg, writer.walked(), size), fill);
       out.row(r);
     }
   }
