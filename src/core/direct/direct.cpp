@@ -615,7 +615,7 @@ std::size_t Peer::move_many(bool write, std::span<Item> batch, bool split, FarHa
     iovec riov[kMaxBatch];
     std::uint64_t keys[kMaxBatch];
     std::size_t run = 0, nl = 0;
-    bool huge = false;  // a write of the run lies in the owner's huge pages
+    bool huge = false;  // a range of the run lies in the owner's huge pages
     bool stop = false;  // batch[placed + run] is decided (not placed): end after the run
     for (std::size_t i = placed; i < batch.size() && run < kMaxBatch; ++i) {
       Item& w = batch[i];
@@ -634,7 +634,7 @@ std::size_t Peer::move_many(bool write, std::span<Item> batch, bool split, FarHa
       }
       if (!in) {
         // Refused, not the table's to decide, shareable, or the entry kept
-        // changing: the run ends before this write.
+        // changing: the run ends before this one.
         if (checked && f.share != 0) break;
         if (checked) w.outcome = Outcome::tcp;
         stop = true;
@@ -662,13 +662,14 @@ std::size_t Peer::move_many(bool write, std::span<Item> batch, bool split, FarHa
       if (peer_alive()) {
         errno = 0;
         // One call, where the kernel copies the ranges one after the other,
-        // so the writes are placed in posting order, as on one connection;
-        // or, when `split` and they are large, two threads at once, each
-        // for the writes' bytes on its side of one address, with each
+        // so the writes (or reads) are placed in posting order, as on one
+        // connection; or, when `split` and they are large, two threads at
+        // once, each for the bytes on its side of one address, with each
         // write's last bytes placed in order after them (copier.hpp,
-        // write_ranges).
-        moved = write ? write_ranges(pid_, liov, nl, riov, run, split, keys, huge ? nullptr : far)
-                      : read_ranges(pid_, liov, nl, riov, run, split, keys, huge ? nullptr : far);
+        // write_ranges, read_ranges).
+        FarHand* const hand = huge ? nullptr : far;
+        moved = write ? write_ranges(pid_, liov, nl, riov, run, split, keys, hand)
+                      : read_ranges(pid_, liov, nl, riov, run, split, keys, hand);
         err = errno;
       }
       for (std::size_t k = 0; k < run; ++k) leave(entered[k]);
@@ -676,8 +677,8 @@ std::size_t Peer::move_many(bool write, std::span<Item> batch, bool split, FarHa
       for (std::size_t k = 0; k < run; ++k) {
         Item& w = batch[placed];
         if (left < w.total) {
-          // Short (a fault) or refused by the kernel: this write and the
-          // rest are the transport's (EPERM, ESRCH: the path is gone).
+          // Short (a fault) or refused by the kernel: this one and the rest
+          // are the transport's (EPERM, ESRCH: the path is gone).
           w.outcome = moved < 0 && (err == EPERM || err == ESRCH) ? Outcome::broken : Outcome::tcp;
           return placed;
         }
