@@ -33,21 +33,24 @@ inline double percentile(std::vector<double>& v, double p) {
   return v[k];
 }
 
-/// User + system CPU seconds this process used so far (tools/cpu_time.hpp).
+/// User + system CPU seconds this process used so far, and the host's
+/// CPU time a hypervisor stole (tools/cpu_time.hpp).
 using tools::cpu_seconds;
+using tools::host_ticks;
+using tools::steal_percent;
 
 /// "what: strerror(errno)".
 inline std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
-/// `v` with 6 decimals (JSON) and with 3 (tables).
+/// `v` with 6 decimals (JSON) and with 3, or `decimals`, (tables).
 inline std::string number(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.6f", v);
   return buf;
 }
-inline std::string fixed(double v) {
+inline std::string fixed(double v, int decimals = 3) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.3f", v);
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
   return buf;
 }
 

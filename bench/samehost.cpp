@@ -67,9 +67,11 @@ namespace {
 using remora::bench::cpu_seconds;
 using remora::bench::errno_text;
 using remora::bench::fixed;
+using remora::bench::host_ticks;
 using remora::bench::median;
 using remora::bench::number;
 using remora::bench::percentile;
+using remora::bench::steal_percent;
 
 using Clock = std::chrono::steady_clock;
 using remora::tools::UsageError;
@@ -175,7 +177,8 @@ struct Row {
   unsigned qd = 1;
   std::string completion;  // "" where it means nothing
   std::vector<double> gbps, p50_us, p99_us, cpu_us_per_op;
-  std::uint64_t ops = 0;  // over every repetition
+  std::uint64_t ops = 0;          // over every repetition
+  std::vector<double> steal_pct;  // per repetition where /proc/stat told it
 };
 
 class Output {
@@ -189,14 +192,15 @@ class Output {
     std::printf("# %s  host %s  cpus %ld  libfabric %u.%u  reps %u  %.3g s per repetition  target span %zu\n",
                 kProgram.data(), host, sysconf(_SC_NPROCESSORS_ONLN), FI_MAJOR(fi_version()), FI_MINOR(fi_version()),
                 config_.reps, config_.duration_s, config_.span);
-    std::printf("%-14s %-9s %8s %3s %-10s %9s %9s %9s %10s\n", "engine", "op", "size", "qd", "completion", "GB/s",
-                "p50 us", "p99 us", "CPU us/op");
+    std::printf("%-14s %-9s %8s %3s %-10s %9s %9s %9s %10s %7s\n", "engine", "op", "size", "qd", "completion", "GB/s",
+                "p50 us", "p99 us", "CPU us/op", "steal %");
     std::fflush(stdout);
   }
 
   void row(const Row& r) {
     const bool lat = !r.p50_us.empty();
     const double gbps = median(r.gbps), cpu = median(r.cpu_us_per_op);
+    const std::string steal = r.steal_pct.empty() ? std::string("null") : number(median(r.steal_pct));
     if (config_.json) {
       std::string line = "{\"engine\":\"" + remora::tools::json_escape(r.engine) + "\",\"op\":\"" + r.op +
                          "\",\"size\":" + std::to_string(r.size) + ",\"qd\":" + std::to_string(r.qd) +
@@ -208,13 +212,14 @@ class Output {
       line += ",\"lat_p50_us_max\":" + (lat ? number(*std::max_element(r.p50_us.begin(), r.p50_us.end())) : "null");
       line += ",\"lat_p99_us\":" + (lat ? number(median(r.p99_us)) : "null");
       line += ",\"span\":" + std::to_string(config_.span > r.size ? config_.span : 0);
-      line += ",\"cpu_us_per_op\":" + number(cpu) + ",\"ops\":" + std::to_string(r.ops) +
+      line += ",\"cpu_us_per_op\":" + number(cpu) + ",\"steal_pct\":" + steal + ",\"ops\":" + std::to_string(r.ops) +
               ",\"reps\":" + std::to_string(r.gbps.size()) + "}";
       std::printf("%s\n", line.c_str());
     } else {
-      std::printf("%-14s %-9s %8zu %3u %-10s %9.3f %9s %9s %10.3f\n", r.engine.c_str(), r.op.c_str(), r.size, r.qd,
+      std::printf("%-14s %-9s %8zu %3u %-10s %9.3f %9s %9s %10.3f %7s\n", r.engine.c_str(), r.op.c_str(), r.size, r.qd,
                   r.completion.empty() ? "-" : r.completion.c_str(), gbps, lat ? fixed(median(r.p50_us)).c_str() : "-",
-                  lat ? fixed(median(r.p99_us)).c_str() : "-", cpu);
+                  lat ? fixed(median(r.p99_us)).c_str() : "-", cpu,
+                  r.steal_pct.empty() ? "-" : fixed(median(r.steal_pct), 1).c_str());
     }
     std::fflush(stdout);
   }
@@ -268,15 +273,17 @@ struct Buffer {
 int fill_byte(std::size_t size) { return static_cast<int>(0x40 + (size * 7 + size / 4096) % 0x3f); }
 
 // Runs `op(n)` (which performs n operations) in chunks of `chunk` until
-// `duration` has passed; returns {operations, seconds, CPU seconds}.
+// `duration` has passed; returns {operations, seconds, CPU seconds, the
+// host's CPU time stolen meanwhile in percent (negative: not known)}.
 struct Batch {
   std::uint64_t ops = 0;
-  double seconds = 0, cpu = 0;
+  double seconds = 0, cpu = 0, steal_pct = -1;
 };
 template <class F>
 Batch timed(double duration, std::uint64_t chunk, F&& op) {
   Batch b;
   arm_watchdog();
+  const auto host0 = host_ticks();
   const double cpu0 = cpu_seconds();
   const auto t0 = Clock::now();
   const auto end = t0 + std::chrono::duration<double>(duration);
@@ -288,12 +295,14 @@ Batch timed(double duration, std::uint64_t chunk, F&& op) {
   } while (now < end);
   b.seconds = std::chrono::duration<double>(now - t0).count();
   b.cpu = cpu_seconds() - cpu0;
+  b.steal_pct = steal_percent(host0, host_ticks());
   return b;
 }
 
 void add_batch(Row& r, const Batch& b) {
   r.gbps.push_back(static_cast<double>(b.ops) * static_cast<double>(r.size) / b.seconds / 1e9);
   r.cpu_us_per_op.push_back(b.cpu / static_cast<double>(b.ops) * 1e6);
+  if (b.steal_pct >= 0) r.steal_pct.push_back(b.steal_pct);
   r.ops += b.ops;
 }
 

@@ -34,6 +34,8 @@
 #
 # Every bandwidth is also given as a ratio to memcpy of the same size
 # measured in the same run. Each figure is the median of --reps repetitions.
+# Each row also says how much of the host's CPU time a hypervisor stole
+# while it was measured (steal %, from /proc/stat).
 #
 #   bench/samehost.sh [--build DIR] [--reps N] [--duration S] [--span BYTES]
 #                     [--markdown FILE]
@@ -155,6 +157,12 @@ else
 fi
 
 # ---- 2. UCX ucx_perftest --------------------------------------------------------
+# host_ticks: the host's CPU ticks so far and those stolen by a hypervisor
+# (/proc/stat's first line: the sum of its first eight fields, the eighth),
+# for the steal % of the runs that do not report it themselves.
+host_ticks() {
+    awk '/^cpu / { print $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9, $9; exit }' /proc/stat 2>/dev/null || true
+}
 # ucx_run TAG TEST SIZE ITERS: one server/client pair; the client's CSV line
 # in $WORK/TAG.csv, its CPU in $WORK/TAG.cpu.
 ucx_run() {
@@ -165,12 +173,14 @@ ucx_run() {
         warn "ucx_perftest server did not start ($tag)"; cat "$WORK/$tag.server.log" >&2
         stop_server; FAILED+=("ucx $tag"); return
     fi
+    host_ticks >"$WORK/$tag.steal"
     if ! bounded "$STEP_TIMEOUT" env UCX_TLS="$UCX_TLS_USED" python3 -c "$CPU_WRAP" "$WORK/$tag.cpu" "$UCX_PERFTEST" \
             127.0.0.1 -p "$PORT" -t "$test" -s "$size" -n "$iters" -w "$warm" -f -v \
             </dev/null >"$WORK/$tag.csv" 2>"$WORK/$tag.err"; then
         warn "ucx_perftest $test -s $size failed"; cat "$WORK/$tag.err" "$WORK/$tag.server.log" >&2
         FAILED+=("ucx $tag")
     fi
+    host_ticks >>"$WORK/$tag.steal"
     stop_server
     echo "$iters $warm" >"$WORK/$tag.iters"
 }
@@ -296,6 +306,18 @@ def cpu(path):
 
 rows, skipped, notes = [], [], []
 
+def steal(path):
+    """The steal % between the two host_ticks lines of `path`; None when not known."""
+    try:
+        (t0, s0), (t1, s1) = [[int(x) for x in l.split()] for l in open(path).read().split("\n") if l.strip()]
+    except (OSError, ValueError):
+        return None
+    return 100.0 * (s1 - s0) / (t1 - t0) if t1 > t0 and s1 >= s0 else None
+
+def median_known(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
 def span(values):
     values = list(values)
     return (min(values), max(values))
@@ -317,7 +339,7 @@ for line in [l for p in [os.path.join(work, "samehost.json")] + ([span_path] if 
         lat = o["lat_p50_us"] is not None
         rows.append(dict(engine=o["engine"], op=o["op"], size=o["size"], qd=o["qd"],
                          completion=o["completion"] or "-", gbps=o["gbps"], p50=o["lat_p50_us"],
-                         p99=o["lat_p99_us"], cpu=o["cpu_us_per_op"],
+                         p99=o["lat_p99_us"], cpu=o["cpu_us_per_op"], steal=o.get("steal_pct"),
                          spread=(o["lat_p50_us_min"], o["lat_p50_us_max"]) if lat else (o["gbps_min"], o["gbps_max"])))
 
 # 2. ucx_perftest: CSV "iterations,p50_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr";
@@ -334,13 +356,13 @@ for path in glob.glob(os.path.join(work, "ucx.*.csv")):
         continue
     iters, warm = (int(x) for x in open(path[:-4] + ".iters").read().split())
     c = cpu(path[:-4] + ".cpu") / (iters + warm) * 1e6
-    ucx.setdefault((test, int(size)), []).append((vals[5] * 1048576 / 1e9, vals[1], c))
+    ucx.setdefault((test, int(size)), []).append((vals[5] * 1048576 / 1e9, vals[1], c, steal(path[:-4] + ".steal")))
 for (test, size), runs in sorted(ucx.items()):
     lat = test == "ucp_put_lat"
     rows.append(dict(engine="ucx-sm", op="put_lat" if lat else "put_bw", size=size, qd=1 if lat else "-",
                      completion="-", gbps=statistics.median(r[0] for r in runs),
                      p50=statistics.median(r[1] for r in runs) if lat else None, p99=None,
-                     cpu=statistics.median(r[2] for r in runs),
+                     cpu=statistics.median(r[2] for r in runs), steal=median_known(r[3] for r in runs),
                      spread=span(r[1] if lat else r[0] for r in runs)))
 
 # 2a. remora-bench-ucx-user: medians already, its range the lowest and highest repetition.
@@ -354,7 +376,8 @@ if os.path.exists(os.path.join(work, "ucx_user.json")):
             ucx_user_notes.append("ucx-user: " + o["note"])
             continue
         rows.append(dict(engine="ucx-user", op=o["op"], size=o["size"], qd=o["qd"], completion="-", gbps=o["gbps"],
-                         p50=o["p50_us"], p99=o["p99_us"], cpu=o["cpu_us_per_op"], spread=tuple(o["range"])))
+                         p50=o["p50_us"], p99=o["p99_us"], cpu=o["cpu_us_per_op"], steal=o.get("steal_pct"),
+                         spread=tuple(o["range"])))
     ucx_user_notes.insert(0, "ucx-user: remora-bench-ucx-user (bench/ucx_user.cpp): UCX's puts as ucx-sm's, but on memory "
                           "the program allocated (aligned_alloc) and registered (ucp_mem_map of address and length), "
                           "parent and forked child; put_bw: ucp_put_nbx with at most 16 outstanding, then "
@@ -394,6 +417,7 @@ for (engine, name, size), runs in sorted(remora.items(), key=lambda kv: (kv[0][0
                      p50=statistics.median(r[0]["lat_p50_us"] for r in runs) if lat else None,
                      p99=statistics.median(r[0]["lat_p99_us"] for r in runs) if lat else None,
                      cpu=statistics.median(r[1] for r in runs),
+                     steal=median_known(r[0].get("steal_pct") for r in runs),
                      spread=span(r[0]["lat_p50_us" if lat else "gbps"] for r in runs)))
 
 # Each row's ratio is to the memcpy row of its own kind (walking a span or not).
@@ -411,9 +435,10 @@ for r in rows:
         ratio = f"{r['gbps'] / memcpy[key]:.3f}"
     lo, hi = r["spread"]
     table.append((r["engine"], r["op"], str(r["size"]), str(r["qd"]), r["completion"],
-                  f3(r["gbps"]), ratio, f3(r["p50"]), f3(r["p99"]), f3(r["cpu"]), f"{f3(lo)}-{f3(hi)}"))
+                  f3(r["gbps"]), ratio, f3(r["p50"]), f3(r["p99"]), f3(r["cpu"]), f"{f3(lo)}-{f3(hi)}",
+                  "-" if r["steal"] is None else f"{r['steal']:.1f}"))
 head = ("engine", "op", "size", "qd", "completion", "GB/s", "x memcpy", "p50 us", "p99 us", "CPU us/op",
-        "range")
+        "range", "steal %")
 widths = [max(len(t[i]) for t in table + [head]) for i in range(len(head))]
 def line(t):
     return "  ".join(c.ljust(w) if i in (0, 1, 4) else c.rjust(w) for i, (c, w) in enumerate(zip(t, widths)))
@@ -428,6 +453,10 @@ notes = [
     "engine and size",
     "x memcpy = GB/s / single-thread memcpy GB/s of the same size, same run (bandwidth rows only)",
     "range = lowest and highest repetition of the row's figure: GB/s on bandwidth rows, p50 on latency rows",
+    "steal % = the host's CPU time (all its CPUs) that the hypervisor gave to other guests during the row's "
+    "timed part (/proc/stat; median of the repetitions; for ucx_perftest over the client's whole run): on a "
+    "shared virtual machine it swings from run to run, and a row measured with much of it stolen (a "
+    "two-process transfer losing one of two CPUs) is not comparable to one without",
     "CPU us/op = user + sys of the measuring process only (remora-bench-samehost's parent, the ucx_perftest "
     "client, the remora-perf client), per operation: over the timed operations for the first and last "
     "(remora-perf's cpu_us_per_op: all the client's threads, set-up and warm-up not counted), over its "
@@ -477,7 +506,7 @@ print()
 for n in notes:
     print("note: " + n)
 if markdown:
-    md = ["| " + " | ".join(head) + " |", "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    md = ["| " + " | ".join(head) + " |", "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     md += ["| " + " | ".join(t) + " |" for t in table]
     md += [""] + [f"- {n}" for n in notes]
     with open(markdown, "w") as f:

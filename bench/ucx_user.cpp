@@ -59,9 +59,11 @@ namespace {
 using remora::bench::cpu_seconds;
 using remora::bench::errno_text;
 using remora::bench::fixed;
+using remora::bench::host_ticks;
 using remora::bench::median;
 using remora::bench::number;
 using remora::bench::percentile;
+using remora::bench::steal_percent;
 
 using Clock = std::chrono::steady_clock;
 using remora::tools::UsageError;
@@ -616,17 +618,21 @@ struct Row {
   unsigned qd = 1;
   std::vector<double> gbps, p50_us, p99_us, cpu_us_per_op;
   std::uint64_t ops = 0;
+  std::vector<double> steal_pct;  // per repetition where /proc/stat told it
   bool latency() const { return !p50_us.empty(); }
 };
 
+// Operations, seconds, CPU seconds, and the host's CPU time a hypervisor
+// stole meanwhile, in percent (negative: not known).
 struct Batch {
   std::uint64_t ops = 0;
-  double seconds = 0, cpu = 0;
+  double seconds = 0, cpu = 0, steal_pct = -1;
 };
 
 void add_batch(Row& r, const Batch& b) {
   r.gbps.push_back(static_cast<double>(b.ops) * static_cast<double>(r.size) / b.seconds / 1e9);
   r.cpu_us_per_op.push_back(b.cpu / static_cast<double>(b.ops) * 1e6);
+  if (b.steal_pct >= 0) r.steal_pct.push_back(b.steal_pct);
   r.ops += b.ops;
 }
 
@@ -641,8 +647,8 @@ class Output {
     std::printf("# %s  host %s  cpus %ld  UCX %s  UCX_TLS=%s  reps %u  %.3g s per repetition\n", kProgram.data(), host,
                 sysconf(_SC_NPROCESSORS_ONLN), ucp_get_version_string(), tls_.c_str(), config_.reps,
                 config_.duration_s);
-    std::printf("%-9s %-8s %8s %3s %9s %9s %9s %10s  %s\n", "engine", "op", "size", "qd", "GB/s", "p50 us", "p99 us",
-                "CPU us/op", "range");
+    std::printf("%-9s %-8s %8s %3s %9s %9s %9s %10s  %-13s %7s\n", "engine", "op", "size", "qd", "GB/s", "p50 us",
+                "p99 us", "CPU us/op", "range", "steal %");
     std::fflush(stdout);
   }
 
@@ -651,20 +657,25 @@ class Output {
     const std::vector<double>& ranged = lat ? r.p50_us : r.gbps;
     const double lo = *std::min_element(ranged.begin(), ranged.end());
     const double hi = *std::max_element(ranged.begin(), ranged.end());
+    const bool stolen = !r.steal_pct.empty();
     if (config_.json) {
       std::string line = "{\"engine\":\"ucx-user\",\"op\":\"" + r.op + "\",\"size\":" + std::to_string(r.size) +
                          ",\"qd\":" + std::to_string(r.qd) + ",\"gbps\":" + number(median(r.gbps)) +
                          ",\"p50_us\":" + (lat ? number(median(r.p50_us)) : "null") +
                          ",\"p99_us\":" + (lat ? number(median(r.p99_us)) : "null") +
-                         ",\"cpu_us_per_op\":" + number(median(r.cpu_us_per_op)) + ",\"ops\":" + std::to_string(r.ops) +
-                         ",\"reps\":" + std::to_string(r.gbps.size()) + ",\"range\":[" + number(lo) + "," + number(hi) +
-                         "],\"ucx_tls\":\"" + remora::tools::json_escape(tls_) + "\",\"ucx_version\":\"" +
+                         ",\"cpu_us_per_op\":" + number(median(r.cpu_us_per_op)) +
+                         ",\"steal_pct\":" + (stolen ? number(median(r.steal_pct)) : "null") +
+                         ",\"ops\":" + std::to_string(r.ops) + ",\"reps\":" + std::to_string(r.gbps.size()) +
+                         ",\"range\":[" + number(lo) + "," + number(hi) + "],\"ucx_tls\":\"" +
+                         remora::tools::json_escape(tls_) + "\",\"ucx_version\":\"" +
                          remora::tools::json_escape(ucp_get_version_string()) + "\"}";
       std::printf("%s\n", line.c_str());
     } else {
-      std::printf("%-9s %-8s %8zu %3u %9.3f %9s %9s %10.3f  %.3f-%.3f\n", "ucx-user", r.op.c_str(), r.size, r.qd,
+      const std::string range = fixed(lo) + "-" + fixed(hi);
+      std::printf("%-9s %-8s %8zu %3u %9.3f %9s %9s %10.3f  %-13s %7s\n", "ucx-user", r.op.c_str(), r.size, r.qd,
                   median(r.gbps), lat ? fixed(median(r.p50_us)).c_str() : "-",
-                  lat ? fixed(median(r.p99_us)).c_str() : "-", median(r.cpu_us_per_op), lo, hi);
+                  lat ? fixed(median(r.p99_us)).c_str() : "-", median(r.cpu_us_per_op), range.c_str(),
+                  stolen ? fixed(median(r.steal_pct), 1).c_str() : "-");
     }
     std::fflush(stdout);
   }
@@ -689,6 +700,7 @@ class Output {
 template <class Op, class Finish>
 Batch timed(double duration, std::uint64_t chunk, Op&& op, Finish&& finish) {
   Batch b;
+  const auto host0 = host_ticks();
   const double cpu0 = cpu_seconds();
   const auto t0 = Clock::now();
   const auto end = t0 + std::chrono::duration<double>(duration);
@@ -699,6 +711,7 @@ Batch timed(double duration, std::uint64_t chunk, Op&& op, Finish&& finish) {
   finish();
   b.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   b.cpu = cpu_seconds() - cpu0;
+  b.steal_pct = steal_percent(host0, host_ticks());
   return b;
 }
 

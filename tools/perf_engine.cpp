@@ -505,6 +505,7 @@ class Issuer {
 
     std::uint64_t posted = 0, done = 0;
     const double cpu_start = tools::cpu_seconds();
+    const tools::HostTicks host_start = tools::host_ticks();
     const std::uint64_t t_start = now_ns();
     std::uint64_t t_last = t_start;
     std::uint64_t next_report = progress_after_ns != 0 ? t_start + progress_after_ns : UINT64_MAX;
@@ -579,6 +580,7 @@ class Issuer {
     m.iters = done;
     m.seconds = static_cast<double>(t_last - t_start) / 1e9;
     m.cpu_seconds = tools::cpu_seconds() - cpu_start;
+    m.steal_pct = tools::steal_percent(host_start, tools::host_ticks());
     return m;
   }
 

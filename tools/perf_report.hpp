@@ -45,6 +45,10 @@ struct Measurement {
   /// User + system CPU of this process (all its threads) over the same
   /// loop; negative when not measured.
   double cpu_seconds = -1;
+  /// The host's CPU time stolen by a hypervisor over the same loop, in
+  /// percent of all its CPUs' time (tools::steal_percent); negative when not
+  /// known.
+  double steal_pct = -1;
   std::vector<std::uint64_t> lat_ns;  ///< per operation, post to completion
   /// Bidirectional runs: what the other side (the server) did at the same
   /// time, in the same units. Its rate adds to this side's.
@@ -241,6 +245,7 @@ inline std::string json_line(const RunLabel& run, const Measurement& m, const Su
       static_cast<int>(run.completion.size()), run.completion.data());
   if (m.cpu_seconds >= 0 && m.iters > 0)
     out += detail::format(",\"cpu_us_per_op\":%.3f", m.cpu_seconds / static_cast<double>(m.iters) * 1e6);
+  if (m.steal_pct >= 0) out += detail::format(",\"steal_pct\":%.1f", m.steal_pct);
   if (m.has_peer) {
     out += detail::format(",\"client_gbps\":%.6f,\"server_gbps\":%.6f,\"server_iters\":%llu,\"server_seconds\":%.6f",
                           s.client_gbps, s.server_gbps, static_cast<unsigned long long>(m.peer_iters), m.peer_seconds);

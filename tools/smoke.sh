@@ -188,6 +188,11 @@ check_json() {
         [[ "$line" =~ \"lat_p50_us\":([0-9.]+) ]] && [[ "${BASH_REMATCH[1]}" != "0.000" ]] ||
             { echo "zero latency: $line"; return 1; }
         [[ "$line" =~ \"cpu_us_per_op\":[0-9]+\.[0-9]{3}[,}] ]] || { echo "no CPU per operation: $line"; return 1; }
+        # The host's stolen CPU time, when a clock tick passed during the run.
+        if [[ "$line" == *'"steal_pct":'* ]]; then
+            [[ "$line" =~ \"steal_pct\":([0-9]+)\.[0-9][,}] ]] && ((BASH_REMATCH[1] <= 100)) ||
+                { echo "bad steal_pct: $line"; return 1; }
+        fi
     done
 }
 
@@ -493,6 +498,7 @@ check_samehost() {
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 seen = {}
+stolen = False
 for r in rows:
     if "note" in r:
         continue
@@ -501,7 +507,12 @@ for r in rows:
         continue
     if not (r["size"] in (4096, 8) and r["gbps"] > 0 and r["cpu_us_per_op"] >= 0 and r["reps"] == 1):
         sys.exit(f"bad row: {r}")
+    if r["steal_pct"] is not None and not 0 <= r["steal_pct"] <= 100:
+        sys.exit(f"bad steal_pct: {r}")
     seen[r["engine"]] = "measured"
+    stolen = stolen or r["steal_pct"] is not None
+if not stolen:
+    sys.exit("no row says how much CPU time was stolen (/proc/stat)")
 for engine in ("memcpy", "cma", "libfabric-shm"):
     if engine not in seen:
         sys.exit(f"nothing about {engine}")

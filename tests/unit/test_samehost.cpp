@@ -26,7 +26,8 @@
 
 #include "core/direct/copier.hpp"
 #include "core/impl.hpp"
-#include "smaps.hpp"  // tools/
+#include "cpu_time.hpp"  // tools/
+#include "smaps.hpp"     // tools/
 #include "unit_support.hpp"
 
 namespace {
@@ -2509,6 +2510,37 @@ TEST(SameHostOffer, ATableWhoseNonceIsNotTheOfferedOneIsRefused) {
   why.clear();
   EXPECT_FALSE(detail::direct::Peer::get(pid, fd, table->nonce(), me.boot_hash, me.pidns ^ 1, why));
   EXPECT_NE(why.find("pid namespace"), std::string::npos) << why;
+}
+
+// The host's stolen CPU time, which the benchmarks report next to their
+// figures (tools/cpu_time.hpp): /proc/stat's first line, eight fields summed.
+TEST(HostTicks, TheCpuLineIsSummedAndItsEighthFieldIsTheSteal) {
+  const auto t = remora::tools::parse_host_ticks("cpu  100 5 50 1000 10 1 2 30 7 0\ncpu0 50 2 25 500 5 0 1 15 0 0\n");
+  EXPECT_EQ(t.total, 1198u);  // guest time (the ninth field) is inside user already
+  EXPECT_EQ(t.steal, 30u);
+}
+
+TEST(HostTicks, ALineWithoutStealOrNotTheCpuLineGivesNothing) {
+  for (const char* text : {"cpu  100 5 50 1000 10 1 2\n", "cpu0 100 5 50 1000 10 1 2 30\n", "",
+                           "cpu  1 2 x 4 5 6 7 8\n", "intr 100 5 50 1000 10 1 2 30\n"}) {
+    const auto t = remora::tools::parse_host_ticks(text);
+    EXPECT_EQ(t.total, 0u) << text;
+    EXPECT_EQ(t.steal, 0u) << text;
+  }
+}
+
+TEST(HostTicks, StealIsAShareOfTheTicksBetweenTwoReadings) {
+  using remora::tools::HostTicks;
+  EXPECT_DOUBLE_EQ(remora::tools::steal_percent(HostTicks{1000, 10}, HostTicks{1200, 60}), 25.0);
+  EXPECT_DOUBLE_EQ(remora::tools::steal_percent(HostTicks{1000, 10}, HostTicks{1200, 10}), 0.0);
+  // No tick passed, unknown readings, a counter that went back: not known.
+  EXPECT_LT(remora::tools::steal_percent(HostTicks{1000, 10}, HostTicks{1000, 10}), 0);
+  EXPECT_LT(remora::tools::steal_percent(HostTicks{}, HostTicks{}), 0);
+  EXPECT_LT(remora::tools::steal_percent(HostTicks{1000, 10}, HostTicks{1200, 5}), 0);
+  // This host's /proc/stat.
+  const HostTicks now = remora::tools::host_ticks();
+  EXPECT_GT(now.total, 0u);
+  EXPECT_LE(now.steal, now.total);
 }
 
 }  // namespace
