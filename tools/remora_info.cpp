@@ -379,7 +379,7 @@ int check(const std::string& provider) {
                    ""});
     out.push_back({'o',
                    std::string("same-host transfers of 256 KiB and more (one, a copy through a mapping, or a batch of "
-                               "disjoint writes or of reads): ") +
+                               "writes, through a mapping too, or of reads): ") +
                        (helper.on ? "split over the posting thread and a helper thread (REMORA_COPY_HELPER=0 turns "
                                     "it off)"
                                   : "moved by the posting thread alone (REMORA_COPY_HELPER=" + helper.value + ")"),

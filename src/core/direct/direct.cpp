@@ -689,13 +689,63 @@ std::size_t Peer::move_many(bool write, std::span<Item> batch, bool split, FarHa
       continue;
     }
     if (stop || placed == batch.size()) break;
-    // The next one is with a shareable region: placed on its own.
+    // The next one is with a shareable region: it and those after it that
+    // are too, copied through the mappings as one list; one that cannot be
+    // (not mappable, a failed check) is transfer()'s to decide.
+    if (const std::size_t copied = move_mapped(write, batch.subspan(placed), split); copied > 0) {
+      placed += copied;
+      continue;
+    }
     Item& w = batch[placed];
     w.outcome = transfer(write, w.local, w.total, w.raddr, w.key, false, &w.mapped);
     if (w.outcome != Outcome::done) break;
     ++placed;
   }
   return placed;
+}
+
+std::size_t Peer::move_mapped(bool write, std::span<Item> batch, bool split) {
+  const std::uint64_t need = write ? kWrite : kRead;
+  Found entered[kMaxBatch];
+  std::shared_ptr<const Mapping> maps[kMaxBatch];  // held until the copies are done
+  iovec liov[kMaxBatch * kMaxLocal];
+  iovec riov[kMaxBatch];
+  std::size_t run = 0, nl = 0;
+  for (Item& w : batch) {
+    if (run == kMaxBatch) break;
+    std::size_t segs = 0;
+    for (const backend::Iov& v : w.local)
+      if (v.len != 0) ++segs;
+    if (segs > kMaxLocal) break;
+    Found f;
+    std::shared_ptr<const Mapping> m;
+    bool in = false;
+    for (int attempt = 0; attempt < 16 && !in; ++attempt) {
+      f = lookup(w.key);
+      if (f.torn) continue;
+      if (refusal(f, w.raddr, w.total, need) || f.share == 0) break;
+      m = mapping(f);
+      if (m == nullptr) break;
+      in = enter(f);
+    }
+    if (!in) break;  // the list ends before it
+    for (const backend::Iov& v : w.local)
+      if (v.len != 0) liov[nl++] = iovec{v.addr, v.len};
+    riov[run] = iovec{m->base + (w.raddr - f.addr), w.total};
+    maps[run] = std::move(m);
+    entered[run++] = f;
+  }
+  if (run == 0) return 0;
+  // Copies between this process's own memory cannot fail (copier.hpp,
+  // kThisProcess).
+  (void)(write ? write_ranges(kThisProcess, liov, nl, riov, run, split)
+               : read_ranges(kThisProcess, liov, nl, riov, run, split));
+  for (std::size_t k = 0; k < run; ++k) {
+    leave(entered[k]);
+    batch[k].outcome = Outcome::done;
+    batch[k].mapped = true;
+  }
+  return run;
 }
 
 Peer::Outcome Peer::atomic_write(std::uint64_t key, std::uint64_t raddr, std::uint64_t value) {

@@ -279,12 +279,14 @@ class Peer {
   /// Writes posted back to back (at most kMaxBatch), placed in posting
   /// order, each checked as transfer() checks it: consecutive ones into
   /// memory that is not mapped here go in one process_vm_writev call (its
-  /// remote side a list of ranges), each other one as transfer() places it.
+  /// remote side a list of ranges); consecutive ones into regions mapped
+  /// here are copied as one list through the mappings (write_ranges with
+  /// kThisProcess); any other one is placed as transfer() places it.
   /// Stops at the first write not placed, whose outcome says why (the
   /// writes after it are left to the caller). Returns how many were placed.
-  /// When `split`, a call's writes may be placed by two threads at once
-  /// (write_ranges): the last bytes of each still land after every byte of
-  /// the writes before it.
+  /// When `split`, a call's or list's writes may be placed by two threads
+  /// at once (write_ranges): the last bytes of each still land after every
+  /// byte of the writes before it.
   std::size_t write_many(std::span<Item> batch, bool split, FarHand* far = nullptr) {
     return move_many(true, batch, split, far);
   }
@@ -361,6 +363,13 @@ class Peer {
   Peer() = default;
   /// write_many (`write`) or read_many.
   std::size_t move_many(bool write, std::span<Item> batch, bool split, FarHand* far);
+  /// The transfers at the start of `batch` into (or from) regions mapped
+  /// here, as many as pass their checks, copied as one list through the
+  /// mappings (write_ranges or read_ranges with kThisProcess: on two threads
+  /// when `split` and they hold kSplitBytes together). Each one moved is
+  /// `done` and `mapped`; returns how many (0: the first is not such a
+  /// transfer, or failed a check: transfer() decides it).
+  std::size_t move_mapped(bool write, std::span<Item> batch, bool split);
   static std::shared_ptr<Peer> open(std::uint64_t pid, std::uint64_t fd, std::uint64_t nonce, std::uint64_t boot_hash,
                                     std::uint64_t pidns, std::string& why);
   /// A region of the peer mapped here: entry `index` as of `seq`. Unmapped

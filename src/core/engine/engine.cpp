@@ -16,6 +16,10 @@ namespace {
 // The bytes of the writes gathered for one cross-memory call: placed once
 // they reach this.
 constexpr std::uint64_t kGatherBytes = 1024 * 1024;
+// Writes into a region mapped here are gathered from this length on: a full
+// batch of them (512 KiB) is split over two threads (bench/README.md,
+// "Writes through a mapping gathered").
+constexpr std::uint64_t kMappedGather = 32 * 1024;
 // How long gathered writes may wait for their user's next poll before the
 // agent places them (the user stopped polling right after posting).
 constexpr std::chrono::milliseconds kGatherBound{2};
@@ -412,10 +416,13 @@ bool EndpointImpl::try_direct(OpSlot& s, bool deferred_front) {
 bool EndpointImpl::gatherable(const OpSlot& s, std::int64_t& now) const {
   // A plain write or read smaller than a split transfer (copier.hpp), while
   // a user thread polls the endpoint's completion queue (CompletionQueue::
-  // poll claims it for 1 ms), with a region not mapped here (a memcpy
-  // through a mapping has no call to share): that thread's next poll places
-  // it. A program that sleeps in wait() or on the queue's descriptor has its
-  // writes and reads placed at once, as before.
+  // poll claims it for 1 ms): that thread's next poll places it. A program
+  // that sleeps in wait() or on the queue's descriptor has its writes and
+  // reads placed at once, as before. Into a region mapped here only writes
+  // of kMappedGather or more, and only while splits are on: a memcpy
+  // through a mapping has no system call to share, but a batch of such
+  // writes is copied on two threads, as one long write is. (Reads from a
+  // mapping gained little from it for nearly twice the CPU: not gathered.)
   if ((s.kind != OpSlot::Kind::write && s.kind != OpSlot::Kind::read) || s.with_data || s.fence || s.check ||
       s.done.length == 0 || s.done.length >= direct::kSplitBytes || !direct_peer || state != EndpointState::connected ||
       !zone->direct_gather)
@@ -428,9 +435,12 @@ bool EndpointImpl::gatherable(const OpSlot& s, std::int64_t& now) const {
   // program keeping several writes in flight and reaping one completion per
   // poll (fio's librpma engines) has them placed together.
   if (burst_writes <= 1 && last_burst_writes <= 1 && send_cq->queued.load(std::memory_order_relaxed) == 0) return false;
+  if ((s.kind != OpSlot::Kind::write || s.done.length < kMappedGather || !zone->direct_split) &&
+      direct_peer->shareable(s.rkey))
+    return false;
   // Not while a late batch pauses gathering (note_gather_wait).
   now = steady_ns();
-  return now >= gather_off_until && send_cq->claimed(now) && !direct_peer->shareable(s.rkey);
+  return now >= gather_off_until && send_cq->claimed(now);
 }
 
 void EndpointImpl::note_gather_wait() {
