@@ -17,9 +17,9 @@ namespace {
 // they reach this.
 constexpr std::uint64_t kGatherBytes = 1024 * 1024;
 // Writes into a region mapped here are gathered from this length on: a full
-// batch of them (512 KiB) is split over two threads (bench/README.md,
+// batch of them (1 MiB) is split over two threads (bench/README.md,
 // "Writes through a mapping gathered").
-constexpr std::uint64_t kMappedGather = 32 * 1024;
+constexpr std::uint64_t kMappedGather = 64 * 1024;
 // How long gathered writes may wait for their user's next poll before the
 // agent places them (the user stopped polling right after posting).
 constexpr std::chrono::milliseconds kGatherBound{2};
