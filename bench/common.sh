@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # bench/common.sh: helpers the benchmark scripts share (compare.sh,
-# samehost.sh, fio-latency.sh, fio-bandwidth.sh, ab-perf.sh). Sourced, never run; needs python3.
+# samehost.sh, samehost-rounds.sh, fio-latency.sh, fio-bandwidth.sh, ab-perf.sh). Sourced, never run; needs python3.
 
 # A TCP port on 127.0.0.1 that nobody uses now.
 free_port() {
@@ -67,6 +67,44 @@ stop_server() {
     done
     kill "$SERVER_PID" 2>/dev/null || true
     wait "$SERVER_PID" 2>/dev/null || true
+}
+
+# kill_started_on_exit: on exit (and on INT, TERM) kills every process PIDS
+# lists that still runs, waits for it, and removes $WORK.
+kill_started_on_exit() {
+    trap cleanup_started EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+}
+cleanup_started() {
+    local pid
+    for pid in ${PIDS[@]+"${PIDS[@]}"}; do
+        if kill -0 "$pid" 2>/dev/null; then
+            kill "$pid" 2>/dev/null || true
+            wait "$pid" 2>/dev/null || true
+        fi
+    done
+    rm -rf "$WORK"
+}
+
+# samehost_tools: the same-host scripts' programs. Makes BUILD absolute (from
+# ROOT), sets SAMEHOST and PERF (remora-bench-samehost, remora-perf) in it,
+# and checks them, python3 and timeout; says what is missing on stderr and
+# returns 1.
+samehost_tools() {
+    local tool
+    [[ "$BUILD" = /* ]] || BUILD=$ROOT/$BUILD
+    SAMEHOST=$BUILD/bin/remora-bench-samehost
+    PERF=$BUILD/bin/remora-perf
+    for tool in "$SAMEHOST" "$PERF"; do
+        [[ -x "$tool" ]] || {
+            echo "$(basename "$0"): $tool not found or not executable: build it first" \
+                "(cmake --build $BUILD --target $(basename "$tool")), or pass --build DIR" >&2
+            return 1
+        }
+    done
+    command -v python3 >/dev/null || { echo "$(basename "$0"): python3 is required" >&2; return 1; }
+    command -v timeout >/dev/null || { echo "$(basename "$0"): timeout (coreutils) is required" >&2; return 1; }
 }
 
 # cpu_wrap OUT COMMAND...: runs COMMAND and writes to OUT the user and sys

@@ -55,14 +55,9 @@ while [[ $# -gt 0 ]]; do
         *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
-[[ "$BUILD" = /* ]] || BUILD=$ROOT/$BUILD
-SAMEHOST=$BUILD/bin/remora-bench-samehost
-PERF=$BUILD/bin/remora-perf
-for tool in "$SAMEHOST" "$PERF"; do
-    [[ -x "$tool" ]] || die "$tool not found or not executable: build it first, or pass --build DIR"
-done
-command -v python3 >/dev/null || die "python3 is required"
-command -v timeout >/dev/null || die "timeout (coreutils) is required"
+# shellcheck source=bench/common.sh
+source "$ROOT/bench/common.sh"
+samehost_tools || exit 2
 case $SIZE_TEXT in
     *k) SIZE=$((${SIZE_TEXT%k} * 1024)) ;;
     *m) SIZE=$((${SIZE_TEXT%m} * 1024 * 1024)) ;;
@@ -75,23 +70,8 @@ if [[ -z "$WRITES" ]]; then
 fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/remora-rounds.XXXXXX")
-PIDS=()
-cleanup() {
-    local pid
-    for pid in ${PIDS[@]+"${PIDS[@]}"}; do
-        if kill -0 "$pid" 2>/dev/null; then
-            kill "$pid" 2>/dev/null || true
-            wait "$pid" 2>/dev/null || true
-        fi
-    done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# shellcheck source=bench/common.sh
-source "$ROOT/bench/common.sh"
+PIDS=()   # every background process started (timeout wrappers)
+kill_started_on_exit
 
 # remora_run OUT [SERVER FLAG]: one same-host server and client; the
 # client's JSON line in OUT.

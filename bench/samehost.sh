@@ -86,36 +86,15 @@ while [[ $# -gt 0 ]]; do
         *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
-[[ "$BUILD" = /* ]] || BUILD=$ROOT/$BUILD
-SAMEHOST=$BUILD/bin/remora-bench-samehost
-PERF=$BUILD/bin/remora-perf
-for tool in "$SAMEHOST" "$PERF"; do
-    [[ -x "$tool" ]] || die "$tool not found or not executable: build it first" \
-        "(cmake --build $BUILD --target $(basename "$tool")), or pass --build DIR"
-done
-command -v python3 >/dev/null || die "python3 is required"
-command -v timeout >/dev/null || die "timeout (coreutils) is required"
+# shellcheck source=bench/common.sh
+source "$ROOT/bench/common.sh"
+samehost_tools || exit 2
 # UCX_PERFTEST in the environment: the ucx_perftest to run (empty: none).
 UCX_PERFTEST=${UCX_PERFTEST-$(command -v ucx_perftest || true)}
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/remora-samehost.XXXXXX")
 PIDS=()   # every background process started (timeout wrappers)
-cleanup() {
-    local pid
-    for pid in ${PIDS[@]+"${PIDS[@]}"}; do
-        if kill -0 "$pid" 2>/dev/null; then
-            kill "$pid" 2>/dev/null || true
-            wait "$pid" 2>/dev/null || true
-        fi
-    done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# shellcheck source=bench/common.sh
-source "$ROOT/bench/common.sh"
+kill_started_on_exit
 
 FAILED=()
 UCX_SKIPPED=""
