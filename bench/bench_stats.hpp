@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -38,6 +39,25 @@ inline double percentile(std::vector<double>& v, double p) {
 using tools::cpu_seconds;
 using tools::host_ticks;
 using tools::steal_percent;
+
+/// One timed repetition: its operations, seconds, this process's CPU
+/// seconds, and the host's CPU time a hypervisor stole meanwhile, in percent
+/// (negative: not known).
+struct Batch {
+  std::uint64_t ops = 0;
+  double seconds = 0, cpu = 0, steal_pct = -1;
+};
+
+/// Adds repetition `b` to a row of `size`-byte operations: its GB/s, CPU
+/// microseconds per operation, stolen share (when known) and operations
+/// (members gbps, cpu_us_per_op, steal_pct, ops).
+template <class Row>
+void add_batch(Row& r, const Batch& b) {
+  r.gbps.push_back(static_cast<double>(b.ops) * static_cast<double>(r.size) / b.seconds / 1e9);
+  r.cpu_us_per_op.push_back(b.cpu / static_cast<double>(b.ops) * 1e6);
+  if (b.steal_pct >= 0) r.steal_pct.push_back(b.steal_pct);
+  r.ops += b.ops;
+}
 
 /// "what: strerror(errno)".
 inline std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }

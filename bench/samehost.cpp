@@ -64,6 +64,8 @@
 
 namespace {
 
+using remora::bench::add_batch;
+using remora::bench::Batch;
 using remora::bench::cpu_seconds;
 using remora::bench::errno_text;
 using remora::bench::fixed;
@@ -273,12 +275,7 @@ struct Buffer {
 int fill_byte(std::size_t size) { return static_cast<int>(0x40 + (size * 7 + size / 4096) % 0x3f); }
 
 // Runs `op(n)` (which performs n operations) in chunks of `chunk` until
-// `duration` has passed; returns {operations, seconds, CPU seconds, the
-// host's CPU time stolen meanwhile in percent (negative: not known)}.
-struct Batch {
-  std::uint64_t ops = 0;
-  double seconds = 0, cpu = 0, steal_pct = -1;
-};
+// `duration` has passed.
 template <class F>
 Batch timed(double duration, std::uint64_t chunk, F&& op) {
   Batch b;
@@ -297,13 +294,6 @@ Batch timed(double duration, std::uint64_t chunk, F&& op) {
   b.cpu = cpu_seconds() - cpu0;
   b.steal_pct = steal_percent(host0, host_ticks());
   return b;
-}
-
-void add_batch(Row& r, const Batch& b) {
-  r.gbps.push_back(static_cast<double>(b.ops) * static_cast<double>(r.size) / b.seconds / 1e9);
-  r.cpu_us_per_op.push_back(b.cpu / static_cast<double>(b.ops) * 1e6);
-  if (b.steal_pct >= 0) r.steal_pct.push_back(b.steal_pct);
-  r.ops += b.ops;
 }
 
 /// Latency rows: `one()` does one operation and waits for it; each is timed

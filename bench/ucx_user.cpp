@@ -56,6 +56,8 @@
 
 namespace {
 
+using remora::bench::add_batch;
+using remora::bench::Batch;
 using remora::bench::cpu_seconds;
 using remora::bench::errno_text;
 using remora::bench::fixed;
@@ -621,20 +623,6 @@ struct Row {
   std::vector<double> steal_pct;  // per repetition where /proc/stat told it
   bool latency() const { return !p50_us.empty(); }
 };
-
-// Operations, seconds, CPU seconds, and the host's CPU time a hypervisor
-// stole meanwhile, in percent (negative: not known).
-struct Batch {
-  std::uint64_t ops = 0;
-  double seconds = 0, cpu = 0, steal_pct = -1;
-};
-
-void add_batch(Row& r, const Batch& b) {
-  r.gbps.push_back(static_cast<double>(b.ops) * static_cast<double>(r.size) / b.seconds / 1e9);
-  r.cpu_us_per_op.push_back(b.cpu / static_cast<double>(b.ops) * 1e6);
-  if (b.steal_pct >= 0) r.steal_pct.push_back(b.steal_pct);
-  r.ops += b.ops;
-}
 
 class Output {
  public:
