@@ -1950,14 +1950,16 @@ TEST(SameHostGather, AQueueWhoseDescriptorTheProgramTookIsNotGatheredFor) {
 /// local page i with target page i, the fourth with a forged key: the first
 /// three complete, the fourth fails as the target's refusal does, the last
 /// two are flushed, and the connection has ended.
-void post_six_with_a_forged_fourth(Pair& p, bool write) {
-  RemoteRegion forged(p.rr.address(), p.rr.length(), p.rr.key() ^ 0x5a5a, p.rr.access(), false);
+void post_six_with_a_forged_fourth(Pair& p, bool write, const RemoteRegion* target = nullptr,
+                                   std::uint64_t len = 4096) {
+  const RemoteRegion& real = target != nullptr ? *target : p.rr;
+  RemoteRegion forged(real.address(), real.length(), real.key() ^ 0x5a5a, real.access(), false);
   Completion none[1];
   (void)p.icq.poll(none);
   for (int i = 0; i < 6; ++i) {
-    const auto at = static_cast<std::uint64_t>(i) * 4096;
-    Segment seg(p.lmr, at, 4096);
-    const RemoteRegion& rr = i == 3 ? forged : p.rr;
+    const auto at = static_cast<std::uint64_t>(i) * len;
+    Segment seg(p.lmr, at, len);
+    const RemoteRegion& rr = i == 3 ? forged : real;
     ASSERT_OK(write ? p.iep.write({&seg, 1}, rr, at, static_cast<std::uint64_t>(i))
                     : p.iep.read({&seg, 1}, rr, at, static_cast<std::uint64_t>(i)));
   }
@@ -1976,6 +1978,22 @@ TEST(SameHostGather, ARefusedWriteInABatchEndsTheConnectionAndNothingAfterItLand
   std::memset(p->local_mem.data(), 0x5c, p->local_mem.size());
   post_six_with_a_forged_fourth(*p, /*write=*/true);
   EXPECT_TRUE(target_written_up_to(*p, 3 * 4096, 0x5c)) << "the writes before the refused one, and none after it";
+}
+
+TEST(SameHostGather, ARefusedWriteAfterMappedOnesInABatchEndsTheConnectionAndNothingAfterItLands) {
+  // Three 64 KiB writes copied through the mapping as one list, then one
+  // with a forged key: refused as over tcp, the two after it flushed.
+  MappedTarget m;
+  ASSERT_TRUE(direct_ready(m.p->iep)) << why_not(m.p->iep);
+  std::memset(m.p->local_mem.data(), 0x5d, m.p->local_mem.size());
+  const std::uint64_t maps = mapped_ops(m.p->iep);
+  post_six_with_a_forged_fourth(*m.p, /*write=*/true, &m.rr, 64 * 1024);
+  const auto t = m.bytes();
+  EXPECT_TRUE(std::all_of(t.begin(), t.begin() + 3 * 64 * 1024, [](std::uint8_t b) { return b == 0x5d; }))
+      << "the writes before the refused one did not all land";
+  EXPECT_TRUE(std::all_of(t.begin() + 3 * 64 * 1024, t.end(), [](std::uint8_t b) { return b == 0; }))
+      << "bytes of the refused write or of those after it landed";
+  EXPECT_EQ(mapped_ops(m.p->iep), maps + 3);
 }
 
 TEST(SameHostGather, AFlushOrAFencedWriteComesAfterTheGatheredWrites) {
