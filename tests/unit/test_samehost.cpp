@@ -1724,15 +1724,15 @@ TEST(SameHostGather, WritesOfABatchArePlacedInPostingOrder) {
   ADD_FAILURE() << "in 20 rounds, no batch: the order was not tested";
 }
 
-/// Rounds (at most 20) of eight 64 KiB writes posted back to back right
-/// after a poll, write i from local block i to target offset `to(i)` (each
-/// round its own fill), until one round went in one batch: true then. Every
-/// round's writes must complete in posting order and leave what one call
-/// in posting order leaves: each byte as the last write to it put it. The
-/// target: the pair's region, or `rr` whose bytes are `target` here.
+/// Rounds (at most 20) of eight writes of `kLen` bytes posted back to back
+/// right after a poll, write i from local block i to target offset `to(i)`
+/// (each round its own fill), until one round went in one batch: true then.
+/// Every round's writes must complete in posting order and leave what one
+/// call in posting order leaves: each byte as the last write to it put it.
+/// The target: the pair's region, or `rr` whose bytes are `target` here.
 template <typename To>
-bool large_batch(Pair& p, To to, const RemoteRegion* rr = nullptr, std::span<const std::uint8_t> target = {}) {
-  constexpr std::size_t kLen = 64 * 1024;
+bool large_batch(Pair& p, To to, const RemoteRegion* rr = nullptr, std::span<const std::uint8_t> target = {},
+                 std::size_t kLen = 64 * 1024) {
   if (rr == nullptr) {
     rr = &p.rr;
     target = p.target_mem;
@@ -1800,6 +1800,27 @@ TEST(SameHostGather, ABatchWhereALaterWriteCoversAnEarlierOnesLastBytesIsOneCall
   EXPECT_TRUE(large_batch(*p, [](std::size_t i) { return i * 32 * 1024; }))
       << "in 20 rounds, eight writes posted back to back never went in one batch";
   EXPECT_EQ(splits(), before) << "the batch was split";
+}
+
+TEST(SameHostGather, WritesOfOneMiBPostedBackToBackArePlacedInOneSplitBatch) {
+  // Eight 1 MiB writes, each past kSplitBytes on its own, are gathered too
+  // (up to 16 MiB): the two processes (or this thread and the helper) split
+  // the eight once, not each write (bench/README.md, "Large writes
+  // gathered"). Into disjoint blocks, then four writes each into two blocks.
+  constexpr std::size_t kMiB = 1024 * 1024;
+  auto p = gathering_pair(8 * kMiB);
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  std::uint64_t before = splits();
+  EXPECT_TRUE(large_batch(
+      *p, [](std::size_t i) { return (7 - i) * kMiB; }, nullptr, {}, kMiB))
+      << "in 20 rounds, eight 1 MiB writes posted back to back never went in one batch";
+  EXPECT_GT(splits(), before) << "a batch of eight 1 MiB writes to disjoint blocks was not split";
+  before = splits();
+  EXPECT_TRUE(large_batch(
+      *p, [](std::size_t i) { return (i % 2) * kMiB; }, nullptr, {}, kMiB))
+      << "in 20 rounds, eight 1 MiB writes into two blocks never went in one batch";
+  EXPECT_GT(splits(), before);
+  EXPECT_EQ(p->iep.state(), EndpointState::connected);
 }
 
 TEST(SameHostGather, TheEnvironmentKeepsLargeBatchesOnOneThread) {
@@ -2509,6 +2530,18 @@ TEST(SameHostGather, LargeReadsOfABatchAreMovedByTwoThreads) {
       *p, 8, kLen, [](std::size_t i) { return i * kLen; }, [](std::size_t i) { return (i % 2) * kLen; }))
       << "in 20 rounds, eight reads posted back to back never went in one batch";
   EXPECT_GT(splits(), before) << "a batch of eight 64 KiB reads into two blocks was not split";
+  EXPECT_EQ(p->iep.state(), EndpointState::connected);
+}
+
+TEST(SameHostGather, ReadsOfOneMiBPostedBackToBackAreMovedInOneSplitBatch) {
+  constexpr std::size_t kMiB = 1024 * 1024;
+  auto p = gathering_pair(8 * kMiB);
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  const std::uint64_t before = splits();
+  EXPECT_TRUE(read_batch(
+      *p, 8, kMiB, [](std::size_t i) { return i * kMiB; }, [](std::size_t i) { return (7 - i) * kMiB; }))
+      << "in 20 rounds, eight 1 MiB reads posted back to back never went in one batch";
+  EXPECT_GT(splits(), before) << "a batch of eight 1 MiB reads was not split";
   EXPECT_EQ(p->iep.state(), EndpointState::connected);
 }
 

@@ -14,8 +14,11 @@ namespace remora::detail {
 namespace {
 
 // The bytes of the writes gathered for one cross-memory call: placed once
-// they reach this.
-constexpr std::uint64_t kGatherBytes = 1024 * 1024;
+// they reach this. Writes (or reads) of up to half of it are gathered, so a
+// stream of 1 MiB writes at a queue depth of 16 is split over the two
+// processes once per 16 writes rather than once per write (bench/README.md,
+// "Large writes gathered").
+constexpr std::uint64_t kGatherBytes = 16 * 1024 * 1024;
 // Writes into a region mapped here are gathered from this length on: a full
 // batch of them (1 MiB) is split over two threads (bench/README.md,
 // "Writes through a mapping gathered").
@@ -414,17 +417,19 @@ bool EndpointImpl::try_direct(OpSlot& s, bool deferred_front) {
 }
 
 bool EndpointImpl::gatherable(const OpSlot& s, std::int64_t& now) const {
-  // A plain write or read smaller than a split transfer (copier.hpp), while
-  // a user thread polls the endpoint's completion queue (CompletionQueue::
-  // poll claims it for 1 ms): that thread's next poll places it. A program
-  // that sleeps in wait() or on the queue's descriptor has its writes and
-  // reads placed at once, as before. Into a region mapped here only writes
-  // of kMappedGather or more, and only while splits are on: a memcpy
-  // through a mapping has no system call to share, but a batch of such
-  // writes is copied on two threads, as one long write is. (Reads from a
-  // mapping gained little from it for nearly twice the CPU: not gathered.)
+  // A plain write or read of at most half kGatherBytes, while a user
+  // thread polls the endpoint's completion queue (CompletionQueue::poll
+  // claims it for 1 ms): that thread's next poll places it. A program that
+  // sleeps in wait() or on the queue's descriptor has its writes and reads
+  // placed at once, as before. Into a region mapped here only writes of
+  // kMappedGather or more and smaller than a split transfer (copier.hpp),
+  // and only while splits are on: a memcpy through a mapping has no system
+  // call to share, but a batch of such writes is copied on two threads, as
+  // one long write is. (Reads from a mapping gained little from it for
+  // nearly twice the CPU, and writes of 1 MiB through it lost a quarter
+  // gathered into lists of 4 MiB: not gathered.)
   if ((s.kind != OpSlot::Kind::write && s.kind != OpSlot::Kind::read) || s.with_data || s.fence || s.check ||
-      s.done.length == 0 || s.done.length >= direct::kSplitBytes || !direct_peer || state != EndpointState::connected ||
+      s.done.length == 0 || s.done.length > kGatherBytes / 2 || !direct_peer || state != EndpointState::connected ||
       !zone->direct_gather)
     return false;
   // One write per poll (the stretch before this write's had one, and it is
@@ -435,7 +440,8 @@ bool EndpointImpl::gatherable(const OpSlot& s, std::int64_t& now) const {
   // program keeping several writes in flight and reaping one completion per
   // poll (fio's librpma engines) has them placed together.
   if (burst_writes <= 1 && last_burst_writes <= 1 && send_cq->queued.load(std::memory_order_relaxed) == 0) return false;
-  if ((s.kind != OpSlot::Kind::write || s.done.length < kMappedGather || !zone->direct_split) &&
+  if ((s.kind != OpSlot::Kind::write || s.done.length < kMappedGather || s.done.length >= direct::kSplitBytes ||
+       !zone->direct_split) &&
       direct_peer->shareable(s.rkey))
     return false;
   // Not while a late batch pauses gathering (note_gather_wait).
