@@ -28,6 +28,7 @@
 #include "core/direct/direct.hpp"
 #include "core/direct/huge_pages.hpp"
 #include "core/direct/ring.hpp"
+#include "core/direct/split_choice.hpp"
 #include "core/protocol/wire.hpp"
 #include "core/sync.hpp"
 #include "fabric/backend.hpp"
@@ -701,6 +702,12 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   std::atomic<std::uint64_t> tails_placed_for_peer{0};
   // The peer's share of this endpoint's splits, in 64ths (PullHand).
   unsigned pull_share REMORA_GUARDED_BY(mu) = direct::FarHand::kHalfShare;
+  // Whether this endpoint's large cross-memory transfers are split or moved
+  // whole, by what each way took lately (split_choice.hpp): reads, writes.
+  // Splits made and transfers moved whole by that choice (tests).
+  direct::SplitChoice split_choice[2] REMORA_GUARDED_BY(mu);
+  std::atomic<std::uint64_t> chose_split{0};
+  std::atomic<std::uint64_t> chose_whole{0};
   // Sends placed in the peer's inbox, and messages taken from this side's
   // (tests look at them); writes placed in the peer's inbox, and the
   // peer's writes this side copied from its own.
@@ -843,6 +850,12 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
                    std::chrono::steady_clock::time_point started) REMORA_REQUIRES(mu);
   // place_tails waits for the peer's part at least this long.
   static constexpr std::chrono::microseconds kTailsPatience{50};
+  // Whether a same-host transfer of `bytes` (one operation, or a gathered
+  // batch) into or from the region of `key` is split now (split_choice):
+  // false when splits are off (REMORA_COPY_HELPER=0). `choice` is set to
+  // the choice to tell how long it took, or null when there was nothing to
+  // choose (splits off, or too short to split).
+  bool split_now(bool write, std::uint64_t key, std::uint64_t bytes, direct::SplitChoice*& choice) REMORA_REQUIRES(mu);
   // Whether this endpoint's split transfers may offer their second part to
   // the peer now (PullHand).
   bool pulls_now() const REMORA_REQUIRES(mu) {

@@ -26,6 +26,7 @@
 #include <gtest/gtest.h>
 
 #include "core/direct/copier.hpp"
+#include "core/direct/split_choice.hpp"
 #include "unit_support.hpp"
 
 namespace {
@@ -689,3 +690,72 @@ TEST(Copier, AChildAfterForkHasItsOwnHelper) {
 }
 
 }  // namespace
+
+// --- SplitChoice (split_choice.hpp): split or whole, by what each took ---
+
+namespace split_choice_tests {
+using remora::detail::direct::kSplitBytes;
+using remora::detail::direct::SplitChoice;
+
+/// Ask `c` about `count` transfers of `bytes`, telling it each took
+/// `split_ns` split and `whole_ns` whole when it is to be timed; how many
+/// it split.
+std::uint32_t run(SplitChoice& c, std::uint64_t bytes, std::uint32_t count, std::int64_t split_ns,
+                  std::int64_t whole_ns) {
+  std::uint32_t splits = 0;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    const bool split = c.split(bytes);
+    splits += split ? 1 : 0;
+    if (c.timed()) c.took(bytes, split, split ? split_ns : whole_ns);
+  }
+  return splits;
+}
+
+TEST(SplitChoice, TheFirstTransfersAreSplitThenATrialMovesSomeWhole) {
+  SplitChoice c;
+  EXPECT_EQ(run(c, 1 << 20, SplitChoice::kWarm, 1000, 1000), SplitChoice::kWarm);
+  EXPECT_EQ(c.ns_per_kib(1 << 20, false), 0.0) << "nothing was moved whole yet";
+  // The next kTrial go whole, the first kSettle of them untimed.
+  for (std::uint32_t i = 0; i < SplitChoice::kTrial; ++i) {
+    EXPECT_FALSE(c.split(1 << 20)) << "trial transfer " << i;
+    EXPECT_EQ(c.timed(), i >= SplitChoice::kSettle) << "trial transfer " << i;
+    if (c.timed()) c.took(1 << 20, false, 3000);
+  }
+  EXPECT_GT(c.ns_per_kib(1 << 20, false), 0.0);
+}
+
+TEST(SplitChoice, KeepsToTheFasterWayAndTriesTheOtherOncePerPeriod) {
+  // Split twice as fast: all but the trials split.
+  SplitChoice fast_split;
+  const std::uint32_t n = SplitChoice::kWarm + 4 * SplitChoice::kPeriod;
+  EXPECT_EQ(run(fast_split, 1 << 20, n, 1000, 2000), n - 4 * SplitChoice::kTrial);
+  // Whole twice as fast: after the warm-up, only the trials split.
+  SplitChoice fast_whole;
+  EXPECT_EQ(run(fast_whole, 1 << 20, n, 2000, 1000), SplitChoice::kWarm + 3 * SplitChoice::kTrial);
+}
+
+TEST(SplitChoice, FollowsTheMachineWhenTheFasterWayChanges) {
+  SplitChoice c;
+  const std::uint32_t period = SplitChoice::kPeriod;
+  (void)run(c, 1 << 20, SplitChoice::kWarm + 2 * period, 2000, 1000);  // whole preferred
+  EXPECT_GT(c.ns_per_kib(1 << 20, true), c.ns_per_kib(1 << 20, false));
+  // Now splits are the faster: the trials (splits) find it out.
+  const std::uint32_t later = 20 * period;
+  EXPECT_GT(run(c, 1 << 20, later, 500, 1000), later - 4 * period) << "did not go back to splitting";
+}
+
+TEST(SplitChoice, SizeClassesAreTimedApartAndShortTransfersNotAtAll) {
+  SplitChoice c;
+  (void)run(c, 512 * 1024, SplitChoice::kWarm + 2 * SplitChoice::kPeriod, 2000, 1000);
+  EXPECT_GT(c.ns_per_kib(512 * 1024, false), 0.0);
+  EXPECT_EQ(c.ns_per_kib(8 << 20, false), 0.0) << "another size class was timed";
+  EXPECT_EQ(c.ns_per_kib(8 << 20, true), 0.0);
+  EXPECT_TRUE(c.split(8 << 20)) << "a class of its own starts split";
+  EXPECT_EQ(c.ns_per_kib(kSplitBytes, false), 0.0) << "256 KiB is a class below 512 KiB";
+  SplitChoice d;
+  d.took(kSplitBytes - 1, true, 1000);
+  EXPECT_EQ(d.ns_per_kib(kSplitBytes, true), 0.0) << "a transfer too short to split was timed";
+  d.took(64ull << 20, true, 1000);
+  EXPECT_GT(d.ns_per_kib(16ull << 20, true), 0.0) << "64 MiB is not in the last class, with 16 MiB";
+}
+}  // namespace split_choice_tests

@@ -372,11 +372,14 @@ bool EndpointImpl::try_direct(OpSlot& s, bool deferred_front) {
     return true;
   }
   bool mapped = false;
+  direct::SplitChoice* choice = nullptr;
+  const bool split = split_now(write, s.rkey, s.done.length, choice);
   std::optional<PullHand> hand;
-  if (pulls_now()) hand.emplace(*outbox, *direct_peer, pulls_offered, pull_share);
-  const direct::Peer::Outcome outcome =
-      direct_peer->transfer(write, {s.iov, s.iov_count}, s.done.length, s.raddr, s.rkey, zone->direct_split, &mapped,
-                            hand ? &*hand : nullptr);
+  if (split && pulls_now()) hand.emplace(*outbox, *direct_peer, pulls_offered, pull_share);
+  const std::int64_t started = choice ? steady_ns() : 0;
+  const direct::Peer::Outcome outcome = direct_peer->transfer(write, {s.iov, s.iov_count}, s.done.length, s.raddr,
+                                                              s.rkey, split, &mapped, hand ? &*hand : nullptr);
+  if (choice && outcome == direct::Peer::Outcome::done) choice->took(s.done.length, split, steady_ns() - started);
   if (hand && hand->unreachable()) outbox_takes_pulls = false;
   switch (outcome) {
     case direct::Peer::Outcome::done:
@@ -414,6 +417,21 @@ bool EndpointImpl::try_direct(OpSlot& s, bool deferred_front) {
     case direct::Peer::Outcome::tcp: return false;
   }
   return false;
+}
+
+bool EndpointImpl::split_now(bool write, std::uint64_t key, std::uint64_t bytes, direct::SplitChoice*& choice) {
+  choice = nullptr;
+  if (!zone->direct_split) return false;
+  // Too short for the copier to split, or a copy through a mapping (split
+  // over this process's helper thread: always split, as timing both ways
+  // lost a fifth of 1 MiB copies through a mapping to the trials and to the
+  // helper asleep after them).
+  if (bytes < direct::kSplitBytes || !direct_peer || direct_peer->shareable(key)) return true;
+  choice = &split_choice[write ? 1 : 0];
+  const bool split = choice->split(bytes);
+  (split ? chose_split : chose_whole).fetch_add(1, std::memory_order_relaxed);
+  if (!choice->timed()) choice = nullptr;
+  return split;
 }
 
 bool EndpointImpl::gatherable(const OpSlot& s, std::int64_t& now) const {
@@ -513,11 +531,16 @@ void EndpointImpl::flush_gathered() {
   gathered_writes = 0;
   std::size_t placed = 0;
   if (direct_peer) {
+    std::uint64_t bytes = 0;
+    for (std::size_t w = 0; w < n; ++w) bytes += items[w].total;
+    direct::SplitChoice* choice = nullptr;
+    const bool split = n > 0 && split_now(kind == OpSlot::Kind::write, items[0].key, bytes, choice);
     std::optional<PullHand> hand;
-    if (pulls_now()) hand.emplace(*outbox, *direct_peer, pulls_offered, pull_share);
-    placed = kind == OpSlot::Kind::write
-                 ? direct_peer->write_many({items, n}, zone->direct_split, hand ? &*hand : nullptr)
-                 : direct_peer->read_many({items, n}, zone->direct_split, hand ? &*hand : nullptr);
+    if (split && pulls_now()) hand.emplace(*outbox, *direct_peer, pulls_offered, pull_share);
+    const std::int64_t started = choice ? steady_ns() : 0;
+    placed = kind == OpSlot::Kind::write ? direct_peer->write_many({items, n}, split, hand ? &*hand : nullptr)
+                                         : direct_peer->read_many({items, n}, split, hand ? &*hand : nullptr);
+    if (choice && placed == n) choice->took(bytes, split, steady_ns() - started);
     if (hand && hand->unreachable()) outbox_takes_pulls = false;
   }
   // Every slot up to the first write (or read) not placed completes: the
