@@ -655,9 +655,10 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   std::atomic<std::uint64_t> direct_batched{0};
   std::atomic<std::uint64_t> flushes_joined{0};
   std::atomic<std::uint64_t> gathered_by_transport{0};
-  // Gathered writes that sat idle too long: when the latest write joined
-  // the batch (steady clock, ns), and, once a drive found a batch that had
-  // waited kGatherLate or more since then (the program posted and went off
+  // Gathered writes that sat idle too long: when the batch's first write
+  // was posted (steady clock, ns; the writes joining it are posted
+  // microseconds later and take this time), and, once a drive found a batch
+  // that had waited kGatherLate or more since then (the program posted and went off
   // to do something else, such as spin on memory the peer writes), no
   // write is gathered until gather_off_until; each such batch doubles the
   // pause (gather_off_for, kGatherOffMin to kGatherOffMax), a batch placed
