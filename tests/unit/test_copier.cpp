@@ -704,9 +704,9 @@ std::uint32_t run(SplitChoice& c, std::uint64_t bytes, std::uint32_t count, std:
                   std::int64_t whole_ns) {
   std::uint32_t splits = 0;
   for (std::uint32_t i = 0; i < count; ++i) {
-    const bool split = c.split(bytes);
-    splits += split ? 1 : 0;
-    if (c.timed()) c.took(bytes, split, split ? split_ns : whole_ns);
+    const SplitChoice::Way way = c.choose(bytes);
+    splits += way.split ? 1 : 0;
+    if (way.timed) c.took(bytes, way.split, way.split ? split_ns : whole_ns);
   }
   return splits;
 }
@@ -717,9 +717,10 @@ TEST(SplitChoice, TheFirstTransfersAreSplitThenATrialMovesSomeWhole) {
   EXPECT_EQ(c.ns_per_kib(1 << 20, false), 0.0) << "nothing was moved whole yet";
   // The next kTrial go whole, the first kSettle of them untimed.
   for (std::uint32_t i = 0; i < SplitChoice::kTrial; ++i) {
-    EXPECT_FALSE(c.split(1 << 20)) << "trial transfer " << i;
-    EXPECT_EQ(c.timed(), i >= SplitChoice::kSettle) << "trial transfer " << i;
-    if (c.timed()) c.took(1 << 20, false, 3000);
+    const SplitChoice::Way way = c.choose(1 << 20);
+    EXPECT_FALSE(way.split) << "trial transfer " << i;
+    EXPECT_EQ(way.timed, i >= SplitChoice::kSettle) << "trial transfer " << i;
+    if (way.timed) c.took(1 << 20, false, 3000);
   }
   EXPECT_GT(c.ns_per_kib(1 << 20, false), 0.0);
 }
@@ -750,7 +751,7 @@ TEST(SplitChoice, SizeClassesAreTimedApartAndShortTransfersNotAtAll) {
   EXPECT_GT(c.ns_per_kib(512 * 1024, false), 0.0);
   EXPECT_EQ(c.ns_per_kib(8 << 20, false), 0.0) << "another size class was timed";
   EXPECT_EQ(c.ns_per_kib(8 << 20, true), 0.0);
-  EXPECT_TRUE(c.split(8 << 20)) << "a class of its own starts split";
+  EXPECT_TRUE(c.choose(8 << 20).split) << "a class of its own starts split";
   EXPECT_EQ(c.ns_per_kib(kSplitBytes, false), 0.0) << "256 KiB is a class below 512 KiB";
   SplitChoice d;
   d.took(kSplitBytes - 1, true, 1000);

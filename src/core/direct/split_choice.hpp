@@ -35,24 +35,23 @@ class SplitChoice {
   /// busy from the other way.
   static constexpr std::uint32_t kPeriod = 256, kTrial = 8, kSettle = 4;
 
-  /// Split a transfer of `bytes` (at least kSplitBytes) now? When it
-  /// returns, `timed()` says whether took() should be told how long it took.
-  bool split(std::uint64_t bytes) noexcept {
+  /// How to move a transfer now: split or whole, and whether took() is to
+  /// be told how long it took.
+  struct Way {
+    bool split = true;
+    bool timed = true;
+  };
+  /// The way for a transfer of `bytes` (at least kSplitBytes) now.
+  Way choose(std::uint64_t bytes) noexcept {
     Class& c = classes_[index(bytes)];
     const std::uint32_t n = ++c.transfers;
-    timed_ = true;
-    if (n <= kWarm) return true;
+    if (n <= kWarm) return {true, true};
     const std::uint32_t k = (n - kWarm - 1) % kPeriod;  // 0 .. kPeriod-1 in the period
     const bool prefer_split = c.ns_per_kib[kWhole] == 0 || c.ns_per_kib[kSplit] <= c.ns_per_kib[kWhole];
     if (k == 0) c.trial_split = !prefer_split;  // the way not preferred, for the whole trial
-    if (k < kTrial) {
-      timed_ = k >= kSettle;
-      return c.trial_split;
-    }
-    return prefer_split;
+    if (k < kTrial) return {c.trial_split, k >= kSettle};
+    return {prefer_split, true};
   }
-  /// The transfer split() was last asked about is to be timed.
-  bool timed() const noexcept { return timed_; }
   /// A transfer of `bytes` took `ns` of this thread's time, split or whole.
   void took(std::uint64_t bytes, bool split, std::int64_t ns) noexcept {
     if (bytes < kSplitBytes || ns <= 0) return;
@@ -80,7 +79,6 @@ class SplitChoice {
     return b - low >= kClasses ? kClasses - 1 : b - low;
   }
   Class classes_[kClasses];
-  bool timed_ = true;
 };
 
 }  // namespace remora::detail::direct

@@ -427,10 +427,10 @@ bool EndpointImpl::split_now(bool write, std::uint64_t key, std::uint64_t bytes,
   // helper asleep after them).
   if (bytes < direct::kSplitBytes || !direct_peer || direct_peer->shareable(key)) return true;
   choice = &split_choice[write ? 1 : 0];
-  const bool split = choice->split(bytes);
-  (split ? chose_split : chose_whole).fetch_add(1, std::memory_order_relaxed);
-  if (!choice->timed()) choice = nullptr;
-  return split;
+  const direct::SplitChoice::Way way = choice->choose(bytes);
+  (way.split ? chose_split : chose_whole).fetch_add(1, std::memory_order_relaxed);
+  if (!way.timed) choice = nullptr;
+  return way.split;
 }
 
 bool EndpointImpl::gatherable(const OpSlot& s, std::int64_t& now) const {
@@ -529,13 +529,12 @@ void EndpointImpl::flush_gathered() {
     items[n].key = s.rkey;
     ++n;
   }
+  const std::uint64_t bytes = gathered_bytes;  // the batch's writes (or reads) together
   gathered.clear();
   gathered_bytes = 0;
   gathered_writes = 0;
   std::size_t placed = 0;
   if (direct_peer) {
-    std::uint64_t bytes = 0;
-    for (std::size_t w = 0; w < n; ++w) bytes += items[w].total;
     direct::SplitChoice* choice = nullptr;
     const bool split = n > 0 && split_now(kind == OpSlot::Kind::write, items[0].key, bytes, choice);
     std::optional<PullHand> hand;
