@@ -857,6 +857,13 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   // the choice to tell how long it took, or null when there was nothing to
   // choose (splits off, or too short to split).
   bool split_now(bool write, std::uint64_t key, std::uint64_t bytes, direct::SplitChoice*& choice) REMORA_REQUIRES(mu);
+  // A same-host transfer of `bytes` (one operation, or a gathered batch)
+  // into or from the region of `key`, moved by `move(split, far)` the way
+  // split_now chooses, its second part offered to the peer when it may
+  // take it (PullHand), and the time it took told to the choice when it
+  // asked. `move` returns true when every byte moved.
+  template <class Move>
+  void move_as_chosen(bool write, std::uint64_t key, std::uint64_t bytes, Move&& move) REMORA_REQUIRES(mu);
   // Whether this endpoint's split transfers may offer their second part to
   // the peer now (PullHand).
   bool pulls_now() const REMORA_REQUIRES(mu) {

@@ -308,6 +308,18 @@ Result<void> EndpointImpl::submit(std::uint32_t index) {
   return {};
 }
 
+template <class Move>
+void EndpointImpl::move_as_chosen(bool write, std::uint64_t key, std::uint64_t bytes, Move&& move) {
+  direct::SplitChoice* choice = nullptr;
+  const bool split = split_now(write, key, bytes, choice);
+  std::optional<PullHand> hand;
+  if (split && pulls_now()) hand.emplace(*outbox, *direct_peer, pulls_offered, pull_share);
+  const std::int64_t started = choice ? steady_ns() : 0;
+  const bool whole = std::forward<Move>(move)(split, hand ? &*hand : nullptr);
+  if (choice && whole) choice->took(bytes, split, steady_ns() - started);
+  if (hand && hand->unreachable()) outbox_takes_pulls = false;
+}
+
 bool EndpointImpl::try_direct(OpSlot& s, bool deferred_front) {
   // docs/design.md, "Same-host direct path". Only with nothing of this
   // endpoint in flight or waiting before it: the operation is placed now,
@@ -371,15 +383,12 @@ bool EndpointImpl::try_direct(OpSlot& s, bool deferred_front) {
     return true;
   }
   bool mapped = false;
-  direct::SplitChoice* choice = nullptr;
-  const bool split = split_now(write, s.rkey, s.done.length, choice);
-  std::optional<PullHand> hand;
-  if (split && pulls_now()) hand.emplace(*outbox, *direct_peer, pulls_offered, pull_share);
-  const std::int64_t started = choice ? steady_ns() : 0;
-  const direct::Peer::Outcome outcome = direct_peer->transfer(write, {s.iov, s.iov_count}, s.done.length, s.raddr,
-                                                              s.rkey, split, &mapped, hand ? &*hand : nullptr);
-  if (choice && outcome == direct::Peer::Outcome::done) choice->took(s.done.length, split, steady_ns() - started);
-  if (hand && hand->unreachable()) outbox_takes_pulls = false;
+  direct::Peer::Outcome outcome = direct::Peer::Outcome::tcp;
+  direct::Peer& peer = *direct_peer;
+  move_as_chosen(write, s.rkey, s.done.length, [&](bool split, direct::FarHand* far) {
+    outcome = peer.transfer(write, {s.iov, s.iov_count}, s.done.length, s.raddr, s.rkey, split, &mapped, far);
+    return outcome == direct::Peer::Outcome::done;
+  });
   switch (outcome) {
     case direct::Peer::Outcome::done:
       if (write && s.with_data) {
@@ -534,16 +543,13 @@ void EndpointImpl::flush_gathered() {
   gathered_bytes = 0;
   gathered_writes = 0;
   std::size_t placed = 0;
-  if (direct_peer) {
-    direct::SplitChoice* choice = nullptr;
-    const bool split = n > 0 && split_now(kind == OpSlot::Kind::write, items[0].key, bytes, choice);
-    std::optional<PullHand> hand;
-    if (split && pulls_now()) hand.emplace(*outbox, *direct_peer, pulls_offered, pull_share);
-    const std::int64_t started = choice ? steady_ns() : 0;
-    placed = kind == OpSlot::Kind::write ? direct_peer->write_many({items, n}, split, hand ? &*hand : nullptr)
-                                         : direct_peer->read_many({items, n}, split, hand ? &*hand : nullptr);
-    if (choice && placed == n) choice->took(bytes, split, steady_ns() - started);
-    if (hand && hand->unreachable()) outbox_takes_pulls = false;
+  if (direct_peer && n > 0) {
+    const bool write = kind == OpSlot::Kind::write;
+    direct::Peer& peer = *direct_peer;
+    move_as_chosen(write, items[0].key, bytes, [&](bool split, direct::FarHand* far) {
+      placed = write ? peer.write_many({items, n}, split, far) : peer.read_many({items, n}, split, far);
+      return placed == n;
+    });
   }
   // Every slot up to the first write (or read) not placed completes: the
   // writes or reads, and the flushes, whose writes before them are all
