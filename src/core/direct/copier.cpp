@@ -71,12 +71,27 @@ ssize_t one_call(pid_t pid, bool write, const iovec* local, std::size_t n, iovec
 struct Job {
   pid_t pid = 0;
   bool write = false;
-  iovec local[kListSegments] = {};  // a cut segment adds one
   std::size_t n = 0;
-  iovec remote[kMaxRanges] = {};
   std::size_t nr = 0;
   ssize_t moved = 0;
   int err = 0;
+  // Only the first n and nr entries are ever read: left unset, so that a
+  // job (some 2.6 KB) is not zeroed for each transfer.
+  iovec local[kListSegments];  // a cut segment adds one
+  iovec remote[kMaxRanges];
+
+  /// Take `from`'s transfer: its used entries only. The whole struct is
+  /// some 40 cache lines, each of which the helper thread would then read
+  /// from this thread's cache; the entries of a batch of 16 writes through
+  /// mappings fill 8.
+  void take(const Job& from) noexcept {
+    pid = from.pid;
+    write = from.write;
+    n = from.n;
+    nr = from.nr;
+    std::copy_n(from.local, from.n, local);
+    std::copy_n(from.remote, from.nr, remote);
+  }
 };
 
 /// The process's helper thread and its one job slot. Made on first use and
@@ -110,6 +125,23 @@ class Helper {
     // sleeps, or this sees it asleep and wakes it.
     if (sleeping_.load(std::memory_order_seq_cst)) posts_.notify_one();
   }
+  /// The helper's share of the next split, in 64ths (FarHand::share's
+  /// sense): moved towards the two parts ending together by note_end.
+  unsigned share() const noexcept { return share_.load(std::memory_order_relaxed); }
+  /// Called by the caller once its own part is done, before it takes the
+  /// job back or waits: the helper done already gets a larger share next
+  /// time, one the caller waits for a smaller one. (The hand-over and the
+  /// word that says a part is done each cross between the two cores: the
+  /// helper starts its part later than the caller, and halves left the
+  /// caller waiting for it in most splits.)
+  void note_end() noexcept {
+    const unsigned s = share();
+    if (state_.load(std::memory_order_acquire) == kDone) {
+      if (s < kMaxShare) share_.store(s + 1, std::memory_order_relaxed);
+    } else if (s > kMinShare) {
+      share_.store(s - 1, std::memory_order_relaxed);
+    }
+  }
   /// Take the job back if the helper has not started it: true when it is
   /// the caller's to move.
   bool take_back() noexcept {
@@ -128,6 +160,7 @@ class Helper {
 
  private:
   enum : int { kIdle = 0, kPosted = 1, kRunning = 2, kDone = 3 };
+  static constexpr unsigned kMinShare = 16, kMaxShare = 48;
   /// After a job the helper looks for the next one this long before it
   /// sleeps: a stream of large transfers finds it awake.
   static constexpr std::chrono::microseconds kSpin{200};
@@ -153,11 +186,14 @@ class Helper {
     }
   }
 
-  std::atomic<int> state_{kIdle};
+  // On lines of their own: the job slot's claim (callers only) apart from
+  // what the helper spins on, and both apart from the job.
+  alignas(64) std::atomic<int> state_{kIdle};
   std::atomic<std::uint32_t> posts_{0};  // jobs posted (wraps): what a sleeping helper waits on
   std::atomic<bool> sleeping_{false};
-  std::atomic<bool> busy_{false};
-  Job job_;
+  alignas(64) std::atomic<bool> busy_{false};
+  std::atomic<unsigned> share_{FarHand::kHalfShare};  // the job slot's holder writes it
+  alignas(64) Job job_;
 };
 
 std::atomic<Helper*> current{nullptr};
@@ -211,6 +247,7 @@ std::size_t slice(const iovec* local, std::size_t n, std::size_t from, std::size
 ssize_t second_part(Helper& h, int& err) noexcept {
   Job& job = h.job();
   ssize_t moved = 0;
+  h.note_end();
   if (h.take_back()) {
     errno = 0;
     moved = one_call(job.pid, job.write, job.local, job.n, job.remote, job.nr);
@@ -255,16 +292,18 @@ bool hand_over(const Job& job, const std::uint64_t* keys, FarHand* far, Helper**
     return true;
   Helper* h = Helper::get();
   if (h == nullptr || !h->claim()) return false;
-  h->job() = job;
+  h->job().take(job);
   h->post();
   *helper = h;
   return true;
 }
 
-/// The caller's share of a split, in 64ths: half, or what the far hand
-/// leaves it.
+/// The caller's share of a split, in 64ths: what the far hand leaves it,
+/// else what this process's helper does.
 std::size_t callers_share(const FarHand* far) noexcept {
-  return 64 - (far != nullptr ? std::min(far->share(), 63u) : FarHand::kHalfShare);
+  if (far != nullptr) return 64 - std::min(far->share(), 63u);
+  const Helper* h = Helper::get();
+  return 64 - (h != nullptr ? h->share() : FarHand::kHalfShare);
 }
 
 /// The errno of the first part that failed with EPERM or ESRCH (the peer

@@ -724,7 +724,12 @@ std::size_t Peer::move_mapped(bool write, std::span<Item> batch, bool split) {
       f = lookup(w.key);
       if (f.torn) continue;
       if (refusal(f, w.raddr, w.total, need) || f.share == 0) break;
-      m = mapping(f);
+      // Writes into one region, as a batch mostly is: the mapping found for
+      // the one before (mapping() takes the peer's lock).
+      if (run > 0 && entered[run - 1].index == f.index && entered[run - 1].seq == f.seq)
+        m = maps[run - 1];
+      else
+        m = mapping(f);
       if (m == nullptr) break;
       in = enter(f);
     }
