@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "core/direct/copier.hpp"
+#include "core/direct/fault_guard.hpp"
 #include "core/impl.hpp"
 #include "cpu_time.hpp"  // tools/
 #include "smaps.hpp"     // tools/
@@ -423,6 +424,72 @@ TEST_F(SameHost, MapFileRegionIsWrittenAndReadThroughTheMapping) {
   EXPECT_EQ(0, std::memcmp(file.data() + 7000, src.data(), src.size()));
   std::error_code ec;
   fs::remove_all(tmpl, ec);
+}
+
+// A file region's file cut short under the initiator's mapping (by its
+// owner, or anyone who may write it): the initiator's copy faults on the
+// pages gone. Caught (src/core/direct/fault_guard.hpp): the write is refused,
+// as a range the region does not hold, and this process goes on.
+class SameHostCutFile : public SameHost {
+ protected:
+  void SetUp() override {
+    SameHost::SetUp();
+    namespace fs = std::filesystem;
+    dir = (fs::temp_directory_path() / "remora-samehost-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+    path = (fs::path(dir) / "region").string();
+    mr = MUST(p->tz.map_file(path, kLen, Access::all));
+    rr = MUST(mr.remote());
+    // Mapped by a first write, then the file cut to its first page.
+    std::memset(p->local_mem.data(), 0x5a, 4096);
+    Segment s(p->lmr, 0, 100);
+    ASSERT_OK(p->iep.write({&s, 1}, rr, 0, 1));
+    auto c = collect(p->icq, 1);
+    ASSERT_EQ(c.size(), 1u);
+    ASSERT_FALSE(c[0].status) << describe(c[0]);
+    ASSERT_EQ(mapped_ops(p->iep), 1u) << "the write did not go through the mapping: " << why_not(p->iep);
+    ASSERT_EQ(::truncate(path.c_str(), 4096), 0);
+  }
+  void TearDown() override {
+    mr = MemoryRegion();
+    SameHost::TearDown();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  static constexpr std::size_t kLen = 512 * 1024;
+  std::string dir, path;
+  MemoryRegion mr;
+  RemoteRegion rr;
+};
+
+TEST_F(SameHostCutFile, AWriteToPagesCutFromTheFileIsRefusedAndTheProcessGoesOn) {
+  const std::size_t caught = detail::direct::faults_caught();
+  Segment s(p->lmr, 0, 100);
+  ASSERT_OK(p->iep.write({&s, 1}, rr, 8192, 2));
+  expect_refused(2, Opcode::write);
+  EXPECT_GE(detail::direct::faults_caught(), caught + 1);
+}
+
+TEST_F(SameHostCutFile, ASplitWriteAcrossTheCutIsRefusedAndTheProcessGoesOn) {
+  std::vector<std::uint8_t> big(300 * 1024, 0x3c);
+  auto lmr = MUST(p->iz.register_memory(big.data(), big.size(), kLocal));
+  Segment s(lmr, 0, big.size());  // split over two threads, past the file's end after its first page
+  ASSERT_GE(big.size(), detail::direct::kSplitBytes);
+  ASSERT_OK(p->iep.write({&s, 1}, rr, 0, 2));
+  expect_refused(2, Opcode::write);
+}
+
+TEST_F(SameHostCutFile, AnAtomicWriteToAPageCutFromTheFileIsRefusedAndTheProcessGoesOn) {
+  const std::size_t caught = detail::direct::faults_caught();
+  ASSERT_OK(p->iep.atomic_write(rr, 8192, 42, 2));
+  expect_refused(2, Opcode::atomic_write);
+  EXPECT_EQ(detail::direct::faults_caught(), caught + 1);
+}
+
+TEST_F(SameHostCutFile, AReadFromPagesCutFromTheFileIsRefusedAndTheProcessGoesOn) {
+  Segment s(p->lmr, 0, 100);
+  ASSERT_OK(p->iep.read({&s, 1}, rr, 8192, 2));
+  expect_refused(2, Opcode::read);
 }
 
 TEST_F(SameHost, ReadOnlyRegionIsMappedReadOnlyAndRefusesWrites) {
@@ -2725,6 +2792,61 @@ TEST(SameHostOffer, ATableWhoseNonceIsNotTheOfferedOneIsRefused) {
   why.clear();
   EXPECT_FALSE(detail::direct::Peer::get(pid, fd, table->nonce(), me.boot_hash, me.pidns ^ 1, why));
   EXPECT_NE(why.find("pid namespace"), std::string::npos) << why;
+}
+
+// An initiator maps a peer's table and rings only when their size is sealed
+// (docs/design.md, "A file cut short under a mapping"): a peer cutting
+// them short would raise SIGBUS here at the next look past the new end.
+TEST(SameHostOffer, AnOfferedTableOrRingWhoseSizeIsNotSealedIsRefused) {
+  std::string why;
+  auto table = detail::direct::Table::create(why);
+  ASSERT_TRUE(table) << why;
+  auto sealed = [](int fd) {
+    const int seals = ::fcntl(fd, F_GET_SEALS);
+    return seals >= 0 && (seals & F_SEAL_SHRINK) != 0 && (seals & F_SEAL_GROW) != 0;
+  };
+  EXPECT_TRUE(sealed(table->fd()));
+  // A copy of a file, in a memory file whose size is not sealed (yet).
+  auto copy_of = [](int fd) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) return -1;
+    std::vector<char> bytes(static_cast<std::size_t>(st.st_size));
+    const int out = ::memfd_create("remora-test-unsealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (out < 0 || ::pread(fd, bytes.data(), bytes.size(), 0) != st.st_size ||
+        ::pwrite(out, bytes.data(), bytes.size(), 0) != st.st_size) {
+      if (out >= 0) ::close(out);
+      return -1;
+    }
+    return out;
+  };
+  const int table_copy = copy_of(table->fd());
+  ASSERT_GE(table_copy, 0);
+  const auto& me = detail::direct::identity();
+  const auto pid = static_cast<std::uint64_t>(::getpid());
+  why.clear();
+  EXPECT_FALSE(detail::direct::Peer::get(pid, static_cast<std::uint64_t>(table_copy), table->nonce(), me.boot_hash,
+                                         me.pidns, why));
+  EXPECT_NE(why.find("not sealed"), std::string::npos) << why;
+  // Sealed, the same file is taken.
+  ASSERT_EQ(::fcntl(table_copy, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+  why.clear();
+  const std::shared_ptr<const detail::direct::Peer> peer = detail::direct::Peer::get(
+      pid, static_cast<std::uint64_t>(table_copy), table->nonce(), me.boot_hash, me.pidns, why);
+  ASSERT_TRUE(peer) << why;
+  // A ring the same way.
+  auto in = detail::direct::Inbox::create(4, 64, why);
+  ASSERT_TRUE(in) << why;
+  EXPECT_TRUE(sealed(in->fd()));
+  const int ring_copy = copy_of(in->fd());
+  ASSERT_GE(ring_copy, 0);
+  why.clear();
+  EXPECT_FALSE(detail::direct::Outbox::open(peer, ring_copy, in->bell_fd(), in->nonce(), 4, 64, why));
+  EXPECT_NE(why.find("not sealed"), std::string::npos) << why;
+  ASSERT_EQ(::fcntl(ring_copy, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+  why.clear();
+  EXPECT_TRUE(detail::direct::Outbox::open(peer, ring_copy, in->bell_fd(), in->nonce(), 4, 64, why)) << why;
+  ::close(ring_copy);
+  ::close(table_copy);
 }
 
 // The host's stolen CPU time, which the benchmarks report next to their

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/direct/direct.hpp"
+#include "core/direct/fault_guard.hpp"
 
 namespace remora::detail::direct {
 namespace {
@@ -25,11 +26,40 @@ std::atomic<std::uint64_t> tails_by_peer{0};
 
 static_assert(kMaxRangeSegments == kMaxRanges * kMaxLocal);
 
+/// The copy of copy_here, run under copy_guarded.
+struct HereCopy {
+  bool write = false;
+  const iovec* local = nullptr;
+  std::size_t n = 0;
+  const iovec* remote = nullptr;
+  std::size_t nr = 0;
+  // The bytes of the pieces copied whole so far: read after a fault, so
+  // stored after each piece.
+  volatile std::size_t done = 0;
+
+  void run() noexcept;
+};
+
 /// What process_vm_writev (`write`) or process_vm_readv does, between two
 /// lists of this process's memory (kThisProcess): the local bytes in order
-/// into (or from) the remote ranges in order, by memcpy. The bytes copied.
+/// into (or from) the remote ranges in order, by memcpy. The bytes copied;
+/// as process_vm_writev for a range it cannot reach, fewer with EFAULT, or
+/// -1 with EFAULT when none were, should a page of a mapped file be gone
+/// (the file was cut short under the mapping: fault_guard.hpp).
 ssize_t copy_here(bool write, const iovec* local, std::size_t n, const iovec* remote, std::size_t nr) noexcept {
-  std::size_t i = 0, at_local = 0, r = 0, at_remote = 0, done = 0;
+  HereCopy c;
+  c.write = write;
+  c.local = local;
+  c.n = n;
+  c.remote = remote;
+  c.nr = nr;
+  if (copy_guarded([](void* p) { static_cast<HereCopy*>(p)->run(); }, &c)) return static_cast<ssize_t>(c.done);
+  errno = EFAULT;
+  return c.done > 0 ? static_cast<ssize_t>(c.done) : -1;
+}
+
+void HereCopy::run() noexcept {
+  std::size_t i = 0, at_local = 0, r = 0, at_remote = 0;
   while (i < n && r < nr) {
     const std::size_t c = std::min(local[i].iov_len - at_local, remote[r].iov_len - at_remote);
     char* l = static_cast<char*>(local[i].iov_base) + at_local;
@@ -40,7 +70,7 @@ ssize_t copy_here(bool write, const iovec* local, std::size_t n, const iovec* re
       else
         std::memcpy(l, there, c);
     }
-    done += c;
+    done = done + c;
     at_local += c;
     at_remote += c;
     if (at_local == local[i].iov_len) {
@@ -52,7 +82,6 @@ ssize_t copy_here(bool write, const iovec* local, std::size_t n, const iovec* re
       at_remote = 0;
     }
   }
-  return static_cast<ssize_t>(done);
 }
 
 ssize_t one_call(pid_t pid, bool write, const iovec* local, std::size_t n, const iovec* remote,

@@ -2,6 +2,7 @@
 // checked cross-memory transfers (docs/design.md, "Same-host direct path").
 #include "core/direct/direct.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -20,6 +21,7 @@
 #include <thread>
 
 #include "core/direct/copier.hpp"
+#include "core/direct/fault_guard.hpp"
 #include "core/direct/huge_pages.hpp"
 
 namespace remora::detail::direct {
@@ -89,13 +91,20 @@ const Identity& identity() noexcept {
 
 std::unique_ptr<Table> Table::create(std::string& why) {
   std::unique_ptr<Table> t(new Table());
-  t->fd_ = static_cast<int>(::memfd_create("remora-regions", MFD_CLOEXEC));
+  t->fd_ = static_cast<int>(::memfd_create("remora-regions", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (t->fd_ < 0) {
     why = errno_text("memfd_create");
     return nullptr;
   }
   if (::ftruncate(t->fd_, static_cast<off_t>(kTableBytes)) != 0) {
     why = errno_text("ftruncate");
+    return nullptr;
+  }
+  // Its size sealed, as the rings' (Inbox::create): a peer holding the
+  // file cannot cut it short under this process's mapping, or the peers'
+  // (a SIGBUS in whoever reads the entries past the end).
+  if (::fcntl(t->fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    why = errno_text("fcntl F_ADD_SEALS");
     return nullptr;
   }
   void* m = ::mmap(nullptr, kTableBytes, PROT_READ | PROT_WRITE, MAP_SHARED, t->fd_, 0);
@@ -297,6 +306,13 @@ std::shared_ptr<Peer> Peer::open(std::uint64_t pid, std::uint64_t fd, std::uint6
   if (::fstat(tfd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) < kTableBytes) {
     ::close(tfd);
     why = "the offered descriptor is not a region table";
+    return nullptr;
+  }
+  // Only a table whose size is sealed (Table::create): one the peer could
+  // cut short would raise SIGBUS here at every lookup past its end.
+  if (const int seals = ::fcntl(tfd, F_GET_SEALS); seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    ::close(tfd);
+    why = "the offered region table's size is not sealed (F_SEAL_SHRINK): the peer could cut it short";
     return nullptr;
   }
   void* m = ::mmap(nullptr, kTableBytes, PROT_READ | PROT_WRITE, MAP_SHARED, tfd, 0);
@@ -593,9 +609,13 @@ Peer::Outcome Peer::transfer(bool write, std::span<const backend::Iov> local, st
     }
     if (!enter(f)) continue;
     // A memcpy through the mapping; a large one on two threads (this one
-    // and the helper), its last bytes stored last (copier.hpp).
-    (void)cross_memory(kThisProcess, write, liov, n, iovec{m->base + (raddr - f.addr), total}, split);
+    // and the helper), its last bytes stored last (copier.hpp). It fails
+    // only when pages of the region's file are gone (the file was cut short
+    // under the mapping, fault_guard.hpp): as a range the region does not
+    // hold, refused.
+    const ssize_t moved = cross_memory(kThisProcess, write, liov, n, iovec{m->base + (raddr - f.addr), total}, split);
     leave(f);
+    if (moved != static_cast<ssize_t>(total)) return Outcome::refused;
     if (mapped != nullptr) *mapped = true;
     return Outcome::done;
   }
@@ -741,16 +761,21 @@ std::size_t Peer::move_mapped(bool write, std::span<Item> batch, bool split) {
     entered[run++] = f;
   }
   if (run == 0) return 0;
-  // Copies between this process's own memory cannot fail (copier.hpp,
-  // kThisProcess).
-  (void)(write ? write_ranges(kThisProcess, liov, nl, riov, run, split)
-               : read_ranges(kThisProcess, liov, nl, riov, run, split));
-  for (std::size_t k = 0; k < run; ++k) {
-    leave(entered[k]);
-    batch[k].outcome = Outcome::done;
-    batch[k].mapped = true;
+  // Copies between this process's own memory fail only when pages of a
+  // region's file are gone (cut short under the mapping, fault_guard.hpp):
+  // the writes (or reads) before the one that faulted are placed, and that
+  // one is transfer()'s to decide (which refuses it).
+  const ssize_t moved = write ? write_ranges(kThisProcess, liov, nl, riov, run, split)
+                              : read_ranges(kThisProcess, liov, nl, riov, run, split);
+  for (std::size_t k = 0; k < run; ++k) leave(entered[k]);
+  std::uint64_t left = moved < 0 ? 0 : static_cast<std::uint64_t>(moved);
+  std::size_t placed = 0;
+  for (; placed < run && left >= batch[placed].total; ++placed) {
+    left -= batch[placed].total;
+    batch[placed].outcome = Outcome::done;
+    batch[placed].mapped = true;
   }
-  return run;
+  return placed;
 }
 
 Peer::Outcome Peer::atomic_write(std::uint64_t key, std::uint64_t raddr, std::uint64_t value) {
@@ -767,10 +792,20 @@ Peer::Outcome Peer::atomic_write(std::uint64_t key, std::uint64_t raddr, std::ui
     // The mapping starts at the region's start, both 8-aligned, so an
     // 8-aligned remote address is 8-aligned here too: a real atomic store
     // to the same physical memory the owner's agent would store to.
-    char* at = m->base + (raddr - f.addr);
-    __atomic_store_n(reinterpret_cast<std::uint64_t*>(at), value, __ATOMIC_SEQ_CST);
+    struct Store {
+      std::uint64_t* at;
+      std::uint64_t value;
+    } store{reinterpret_cast<std::uint64_t*>(m->base + (raddr - f.addr)), value};
+    // Guarded as every copy through a mapping (fault_guard.hpp): a page of
+    // a file cut short under the mapping refuses the store.
+    const bool stored = copy_guarded(
+        [](void* p) {
+          const auto& s = *static_cast<const Store*>(p);
+          __atomic_store_n(s.at, s.value, __ATOMIC_SEQ_CST);
+        },
+        &store);
     leave(f);
-    return Outcome::done;
+    return stored ? Outcome::done : Outcome::refused;
   }
   return Outcome::tcp;
 }

@@ -248,7 +248,7 @@ class Peer {
 
   enum class Outcome {
     done,     // placed; the operation completed
-    refused,  // the table says no (key, bounds, privilege): remote_access
+    refused,  // the table says no (key, bounds, privilege), or pages of a mapped region's file are gone: remote_access
     tcp,      // not decided here (unknown key in a table that omitted some, short transfer, EFAULT): use tcp
     broken,   // the peer cannot be reached this way any more (EPERM, ESRCH): use tcp from now on
   };
@@ -301,9 +301,10 @@ class Peer {
     return move_many(false, batch, split, far);
   }
   /// The 8-byte atomic write as an atomic store through the mapping of a
-  /// shareable entry, after the target's checks. `done`, or `tcp` for
-  /// anything else (not shareable, not mappable, a failed check: the
-  /// target's agent decides and answers).
+  /// shareable entry, after the target's checks. `done`; `refused` when the
+  /// page is gone (the region's file was cut short under the mapping:
+  /// fault_guard.hpp); or `tcp` for anything else (not shareable, not
+  /// mappable, a failed check: the target's agent decides and answers).
   Outcome atomic_write(std::uint64_t key, std::uint64_t raddr, std::uint64_t value);
 
   /// A write of `len` bytes at `raddr` into the region of `key` passes the

@@ -242,6 +242,13 @@ std::unique_ptr<Outbox> Outbox::open(const std::shared_ptr<const Peer>& peer_ptr
     why = "the offered descriptor is not a ring of the offered size";
     return nullptr;
   }
+  // Only a ring whose size is sealed (Inbox::create): one the peer could
+  // cut short would raise SIGBUS here at the next message past its end.
+  if (const int seals = ::fcntl(rfd, F_GET_SEALS); seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    ::close(rfd);
+    why = "the offered ring's size is not sealed (F_SEAL_SHRINK): the peer could cut it short";
+    return nullptr;
+  }
   void* m = ::mmap(nullptr, o->geo_.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, rfd, 0);
   ::close(rfd);
   release_fds(o->charged_, 1);

@@ -354,10 +354,18 @@ bool EndpointImpl::try_direct(OpSlot& s, bool deferred_front) {
     // shareable region; anything else (and any failed check) goes to the
     // target's agent, which answers it.
     if (s.ctl.op != wire::op_atomic_write || s.ctl.len != 8) return false;
-    if (direct_peer->atomic_write(s.ctl.key, s.ctl.addr, s.ctl.value) != direct::Peer::Outcome::done) return false;
-    taken(true);
-    complete(s, {});
-    return true;
+    switch (direct_peer->atomic_write(s.ctl.key, s.ctl.addr, s.ctl.value)) {
+      case direct::Peer::Outcome::done:
+        taken(true);
+        complete(s, {});
+        return true;
+      case direct::Peer::Outcome::refused:
+        // The page is gone from the region's file: as a refusal.
+        taken(false);
+        fail(&s, make_error_code(Errc::remote_access), ConnectionEventType::lost);
+        return true;
+      default: return false;
+    }
   }
   const bool write = s.kind == OpSlot::Kind::write;
   if (!write && s.kind != OpSlot::Kind::read) return false;
