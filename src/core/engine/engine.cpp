@@ -320,52 +320,46 @@ void EndpointImpl::move_as_chosen(bool write, std::uint64_t key, std::uint64_t b
   if (hand && hand->unreachable()) outbox_takes_pulls = false;
 }
 
+void EndpointImpl::direct_taken(OpSlot& s, bool mapped) {
+  if (s.check) zone->check->on_take(*this, s);
+  direct_ops.fetch_add(1, std::memory_order_relaxed);
+  if (mapped) direct_mapped_ops.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool EndpointImpl::control_decided(OpSlot& s, direct::Peer::Outcome outcome, bool mapped) {
+  switch (outcome) {
+    case direct::Peer::Outcome::done:
+      direct_taken(s, mapped);
+      complete(s, {});
+      return true;
+    case direct::Peer::Outcome::refused:
+      direct_taken(s, false);
+      fail(&s, make_error_code(Errc::remote_access), ConnectionEventType::lost);
+      return true;
+    default: return false;
+  }
+}
+
 bool EndpointImpl::try_direct(OpSlot& s, bool deferred_front) {
   // docs/design.md, "Same-host direct path". Only with nothing of this
   // endpoint in flight or waiting before it: the operation is placed now,
   // so every earlier one must be complete for the ordering guarantees to
   // hold.
   if (!direct_peer || in_flight != 0 || ring_in_flight != 0 || (!deferred_front && !deferred.empty())) return false;
-  // The operation was decided here (placed, or refused by the table).
-  auto taken = [&](bool mapped) {
-    if (s.check) zone->check->on_take(*this, s);
-    direct_ops.fetch_add(1, std::memory_order_relaxed);
-    if (mapped) direct_mapped_ops.fetch_add(1, std::memory_order_relaxed);
-  };
   if (s.kind == OpSlot::Kind::ctl && s.ctl.op == wire::op_flush) {
     // A flush, checked against the table; PERSISTENT written back through
     // this process's mapping of a persistent file region. Whatever the
     // initiator cannot decide goes to the target's agent, which answers it.
     const bool persistent = s.ctl.flush_type == static_cast<std::uint8_t>(FlushType::persistent);
-    switch (direct_peer->flush(s.ctl.key, s.ctl.addr, s.ctl.len, persistent)) {
-      case direct::Peer::Outcome::done:
-        taken(persistent);
-        complete(s, {});
-        return true;
-      case direct::Peer::Outcome::refused:
-        taken(false);
-        fail(&s, make_error_code(Errc::remote_access), ConnectionEventType::lost);
-        return true;
-      default: return false;
-    }
+    return control_decided(s, direct_peer->flush(s.ctl.key, s.ctl.addr, s.ctl.len, persistent), persistent);
   }
   if (s.kind == OpSlot::Kind::ctl) {
     // The atomic write, as an atomic store through the mapping of a
     // shareable region; anything else (and any failed check) goes to the
-    // target's agent, which answers it.
+    // target's agent, which answers it. Refused: the page is gone from the
+    // region's file (fault_guard.hpp).
     if (s.ctl.op != wire::op_atomic_write || s.ctl.len != 8) return false;
-    switch (direct_peer->atomic_write(s.ctl.key, s.ctl.addr, s.ctl.value)) {
-      case direct::Peer::Outcome::done:
-        taken(true);
-        complete(s, {});
-        return true;
-      case direct::Peer::Outcome::refused:
-        // The page is gone from the region's file: as a refusal.
-        taken(false);
-        fail(&s, make_error_code(Errc::remote_access), ConnectionEventType::lost);
-        return true;
-      default: return false;
-    }
+    return control_decided(s, direct_peer->atomic_write(s.ctl.key, s.ctl.addr, s.ctl.value), true);
   }
   const bool write = s.kind == OpSlot::Kind::write;
   if (!write && s.kind != OpSlot::Kind::read) return false;
@@ -411,19 +405,19 @@ bool EndpointImpl::try_direct(OpSlot& s, bool deferred_front) {
         std::uint8_t len[8];
         for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(s.done.length >> (8 * i));
         if (conn->inject(len, sizeof len, s.data) != 0) return false;
-        taken(mapped);
+        direct_taken(s, mapped);
         ++in_flight;  // no transport completion (posted stays false): handle_ack ends it
         s.msg_seq = ++msgs_posted;
         unacked.emplace_back(s.index, s.generation);
         return true;
       }
-      taken(mapped);
+      direct_taken(s, mapped);
       complete(s, {});
       return true;
     case direct::Peer::Outcome::refused:
       // What the target's refusal over the transport gives: remote_access,
       // and the connection ends (the peer sees it lost).
-      taken(false);
+      direct_taken(s, false);
       fail(&s, make_error_code(Errc::remote_access), ConnectionEventType::lost);
       return true;
     case direct::Peer::Outcome::broken:
