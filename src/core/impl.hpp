@@ -825,11 +825,11 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   // The operation `s` was decided on the direct path (placed, or refused):
   // counted, and handed to remora-check.
   void direct_taken(OpSlot& s, bool mapped) REMORA_REQUIRES(mu);
-  // A flush or an atomic write the direct path answered: completed when
-  // `done` (counted as through a mapping when `mapped`), failed with
-  // remote_access when `refused` (the connection ends, as when the target
-  // refuses); false for anything else (the target's agent answers it).
-  bool control_decided(OpSlot& s, direct::Peer::Outcome outcome, bool mapped) REMORA_REQUIRES(mu);
+  // An operation the direct path decided: completed when `done` (counted as
+  // through a mapping when `mapped`), failed with remote_access when
+  // `refused` (the connection ends, as when the target refuses); false for
+  // anything else (the transport, or the target's agent, takes it).
+  bool direct_decided(OpSlot& s, direct::Peer::Outcome outcome, bool mapped) REMORA_REQUIRES(mu);
   /// Same-host message rings. offer_inbox: make this side's inbox and offer
   /// it (once the peer's table was taken); accept_ring_offer: map the
   /// peer's as the outbox and answer.

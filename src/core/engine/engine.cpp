@@ -326,7 +326,7 @@ void EndpointImpl::direct_taken(OpSlot& s, bool mapped) {
   if (mapped) direct_mapped_ops.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool EndpointImpl::control_decided(OpSlot& s, direct::Peer::Outcome outcome, bool mapped) {
+bool EndpointImpl::direct_decided(OpSlot& s, direct::Peer::Outcome outcome, bool mapped) {
   switch (outcome) {
     case direct::Peer::Outcome::done:
       direct_taken(s, mapped);
@@ -351,7 +351,7 @@ bool EndpointImpl::try_direct(OpSlot& s, bool deferred_front) {
     // this process's mapping of a persistent file region. Whatever the
     // initiator cannot decide goes to the target's agent, which answers it.
     const bool persistent = s.ctl.flush_type == static_cast<std::uint8_t>(FlushType::persistent);
-    return control_decided(s, direct_peer->flush(s.ctl.key, s.ctl.addr, s.ctl.len, persistent), persistent);
+    return direct_decided(s, direct_peer->flush(s.ctl.key, s.ctl.addr, s.ctl.len, persistent), persistent);
   }
   if (s.kind == OpSlot::Kind::ctl) {
     // The atomic write, as an atomic store through the mapping of a
@@ -359,7 +359,7 @@ bool EndpointImpl::try_direct(OpSlot& s, bool deferred_front) {
     // target's agent, which answers it. Refused: the page is gone from the
     // region's file (fault_guard.hpp).
     if (s.ctl.op != wire::op_atomic_write || s.ctl.len != 8) return false;
-    return control_decided(s, direct_peer->atomic_write(s.ctl.key, s.ctl.addr, s.ctl.value), true);
+    return direct_decided(s, direct_peer->atomic_write(s.ctl.key, s.ctl.addr, s.ctl.value), true);
   }
   const bool write = s.kind == OpSlot::Kind::write;
   if (!write && s.kind != OpSlot::Kind::read) return false;
@@ -391,35 +391,30 @@ bool EndpointImpl::try_direct(OpSlot& s, bool deferred_front) {
     outcome = peer.transfer(write, {s.iov, s.iov_count}, s.done.length, s.raddr, s.rkey, split, &mapped, far);
     return outcome == direct::Peer::Outcome::done;
   });
+  if (outcome == direct::Peer::Outcome::done && write && s.with_data) {
+    // With immediate data: the data is placed; its note follows on the
+    // connection, as the transport path sends it right behind the
+    // write (the target reports the note as the write's completion and
+    // acknowledges it). The operation completes on that acknowledgement
+    // (handle_ack), holding the endpoint's later operations to the
+    // transport until then. A note the provider cannot take now: the
+    // whole operation goes over the transport, which places the same
+    // bytes again.
+    std::uint8_t len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(s.done.length >> (8 * i));
+    if (conn->inject(len, sizeof len, s.data) != 0) return false;
+    direct_taken(s, mapped);
+    ++in_flight;  // no transport completion (posted stays false): handle_ack ends it
+    s.msg_seq = ++msgs_posted;
+    unacked.emplace_back(s.index, s.generation);
+    return true;
+  }
   switch (outcome) {
     case direct::Peer::Outcome::done:
-      if (write && s.with_data) {
-        // With immediate data: the data is placed; its note follows on the
-        // connection, as the transport path sends it right behind the
-        // write (the target reports the note as the write's completion and
-        // acknowledges it). The operation completes on that acknowledgement
-        // (handle_ack), holding the endpoint's later operations to the
-        // transport until then. A note the provider cannot take now: the
-        // whole operation goes over the transport, which places the same
-        // bytes again.
-        std::uint8_t len[8];
-        for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(s.done.length >> (8 * i));
-        if (conn->inject(len, sizeof len, s.data) != 0) return false;
-        direct_taken(s, mapped);
-        ++in_flight;  // no transport completion (posted stays false): handle_ack ends it
-        s.msg_seq = ++msgs_posted;
-        unacked.emplace_back(s.index, s.generation);
-        return true;
-      }
-      direct_taken(s, mapped);
-      complete(s, {});
-      return true;
     case direct::Peer::Outcome::refused:
-      // What the target's refusal over the transport gives: remote_access,
-      // and the connection ends (the peer sees it lost).
-      direct_taken(s, false);
-      fail(&s, make_error_code(Errc::remote_access), ConnectionEventType::lost);
-      return true;
+      // Refused: what the target's refusal over the transport gives,
+      // remote_access, and the connection ends (the peer sees it lost).
+      return direct_decided(s, outcome, mapped);
     case direct::Peer::Outcome::broken:
       direct_why_not = "the peer can no longer be reached directly (EPERM, ESRCH or exited)";
       direct_peer.reset();
