@@ -48,6 +48,28 @@ bool inside(const Found& f, std::uint64_t addr, std::uint64_t len) noexcept {
 
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
+int sealed_memfd(const char* name, std::uint64_t bytes, std::string& why) {
+  const int fd = static_cast<int>(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (fd < 0) {
+    why = errno_text("memfd_create");
+    return -1;
+  }
+  const char* step = nullptr;
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0)
+    step = "ftruncate";
+  else if (::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    step = "fcntl F_ADD_SEALS";
+  if (step == nullptr) return fd;
+  why = errno_text(step);
+  ::close(fd);
+  return -1;
+}
+
+bool size_sealed(int fd) noexcept {
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  return seals >= 0 && (seals & F_SEAL_SHRINK) != 0;
+}
+
 bool switch_from_environment(const char* name, const char* what, std::atomic<bool>& said, bool unset) noexcept {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return unset;
@@ -91,22 +113,8 @@ const Identity& identity() noexcept {
 
 std::unique_ptr<Table> Table::create(std::string& why) {
   std::unique_ptr<Table> t(new Table());
-  t->fd_ = static_cast<int>(::memfd_create("remora-regions", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (t->fd_ < 0) {
-    why = errno_text("memfd_create");
-    return nullptr;
-  }
-  if (::ftruncate(t->fd_, static_cast<off_t>(kTableBytes)) != 0) {
-    why = errno_text("ftruncate");
-    return nullptr;
-  }
-  // Its size sealed, as the rings' (Inbox::create): a peer holding the
-  // file cannot cut it short under this process's mapping, or the peers'
-  // (a SIGBUS in whoever reads the entries past the end).
-  if (::fcntl(t->fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-    why = errno_text("fcntl F_ADD_SEALS");
-    return nullptr;
-  }
+  t->fd_ = sealed_memfd("remora-regions", kTableBytes, why);
+  if (t->fd_ < 0) return nullptr;
   void* m = ::mmap(nullptr, kTableBytes, PROT_READ | PROT_WRITE, MAP_SHARED, t->fd_, 0);
   if (m == MAP_FAILED) {
     why = errno_text("mmap");
@@ -310,7 +318,7 @@ std::shared_ptr<Peer> Peer::open(std::uint64_t pid, std::uint64_t fd, std::uint6
   }
   // Only a table whose size is sealed (Table::create): one the peer could
   // cut short would raise SIGBUS here at every lookup past its end.
-  if (const int seals = ::fcntl(tfd, F_GET_SEALS); seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+  if (!size_sealed(tfd)) {
     ::close(tfd);
     why = "the offered region table's size is not sealed (F_SEAL_SHRINK): the peer could cut it short";
     return nullptr;

@@ -142,6 +142,17 @@ bool switch_from_environment(const char* name, const char* what, std::atomic<boo
 /// "`what`: " and errno's text (the reasons the path is not taken).
 std::string errno_text(const char* what);
 
+/// A memory file named `name` of `bytes` bytes (close-on-exec), its size
+/// sealed: peers map it through their own descriptors, and one that could
+/// cut it short would raise SIGBUS in every process reading past the new
+/// end. The descriptor, or -1 with `why` set (and nothing left open).
+int sealed_memfd(const char* name, std::uint64_t bytes, std::string& why);
+
+/// Whether the size of the memory file `fd` is sealed against shrinking,
+/// as sealed_memfd seals it (what a peer's offered table or ring must be
+/// before it is mapped here).
+bool size_sealed(int fd) noexcept;
+
 /// What this process tells a peer so that it can tell whether the two share
 /// a host and a pid namespace: a hash of the boot id and the pid-namespace
 /// inode. Computed once.

@@ -2,7 +2,6 @@
 // rings").
 #include "core/direct/ring.hpp"
 
-#include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -119,21 +118,10 @@ std::unique_ptr<Inbox> Inbox::create(std::size_t slots, std::size_t slot_size, s
   }
   if (!charge_fds(2, why)) return nullptr;  // the memfd and the bell
   b->charged_ = 2;
-  b->fd_ = static_cast<int>(::memfd_create("remora-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (b->fd_ < 0) {
-    why = errno_text("memfd_create");
-    return nullptr;
-  }
   // Sealed at its size: the peer holds the descriptor too, and a ring it
   // shrank would fault here.
-  if (::ftruncate(b->fd_, static_cast<off_t>(b->geo_.bytes)) != 0) {
-    why = errno_text("ftruncate");
-    return nullptr;
-  }
-  if (::fcntl(b->fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-    why = errno_text("fcntl F_ADD_SEALS");
-    return nullptr;
-  }
+  b->fd_ = sealed_memfd("remora-ring", b->geo_.bytes, why);
+  if (b->fd_ < 0) return nullptr;
   void* m = ::mmap(nullptr, b->geo_.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd_, 0);
   if (m == MAP_FAILED) {
     why = errno_text("mmap");
@@ -244,7 +232,7 @@ std::unique_ptr<Outbox> Outbox::open(const std::shared_ptr<const Peer>& peer_ptr
   }
   // Only a ring whose size is sealed (Inbox::create): one the peer could
   // cut short would raise SIGBUS here at the next message past its end.
-  if (const int seals = ::fcntl(rfd, F_GET_SEALS); seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+  if (!size_sealed(rfd)) {
     ::close(rfd);
     why = "the offered ring's size is not sealed (F_SEAL_SHRINK): the peer could cut it short";
     return nullptr;
