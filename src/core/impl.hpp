@@ -404,6 +404,11 @@ struct RxSlot : SlotBase {
 /// costs the provider a transfer entry (about 460 bytes) and us an RxSlot.
 inline constexpr std::size_t kRxInitial = 8;
 
+/// How long gathered same-host writes may wait for their user's next poll
+/// before the agent places them (the user stopped polling right after
+/// posting; EndpointImpl::gather_look_due).
+inline constexpr std::chrono::milliseconds kGatherBound{2};
+
 /// One posted operation.
 struct OpSlot : SlotBase {
   std::uint32_t index = 0;
@@ -604,9 +609,13 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
                                last_write_len REMORA_GUARDED_BY(mu) = 0;
   bool peer_said_bye REMORA_GUARDED_BY(mu) = false;
   bool closed REMORA_GUARDED_BY(mu) = false;
-  // When gathered writes last asked the agent to look at this endpoint
-  // (Agent::look_by): at most once per kGatherBound.
-  std::int64_t gather_bound_asked REMORA_GUARDED_BY(mu) = 0;
+  // Gathered writes and the agent's bound on their wait, read by the agent
+  // thread without `mu` (gather_look_due): the steady-clock time of the
+  // first write of the batch gathered now (0: none), and the time of the
+  // look last asked of the agent (Agent::look_by; 0: none pending), asked
+  // at most once per kGatherBound.
+  std::atomic<std::int64_t> gather_since{0};
+  std::atomic<std::int64_t> gather_look_at{0};
   // Same-host direct path: the peer zone's region table, mapped once its
   // offer was accepted (null: everything goes over the transport), and why
   // it is not used when it is not (diagnostics).
@@ -773,6 +782,16 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   /// A drive is about to place the gathered writes: a batch that waited
   /// kGatherLate or more since its latest write pauses gathering.
   void note_gather_wait() REMORA_REQUIRES(mu);
+  /// The agent thread, at a look asked through Agent::look_by that is due
+  /// (`now`, steady-clock nanoseconds): true when a gathered batch has
+  /// waited kGatherBound, so the agent progresses the endpoint and places
+  /// it. False when nothing waits (a poll placed it) or the batch waiting
+  /// is younger (gathered since the look was asked): `again` is then the
+  /// time to look again (0: not needed), which this endpoint records as
+  /// asked. Without `mu`: a look at an endpoint its user is posting to
+  /// no longer takes the lock from that user, nor places a batch in the
+  /// middle of its posting.
+  bool gather_look_due(std::int64_t now, std::int64_t& again) noexcept;
   void handle(const backend::CqEntry& e) REMORA_REQUIRES(mu);
   void handle_message(RxSlot& rxs, const backend::CqEntry& e) REMORA_REQUIRES(mu);
   void handle_request(const wire::Ctl& req) REMORA_REQUIRES(mu);

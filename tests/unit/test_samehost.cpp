@@ -1609,11 +1609,13 @@ std::unique_ptr<Pair> gathering_pair(std::size_t size = 64 * 1024) {
 }
 
 /// Let a look the initiator's agent was asked for by an earlier batch
-/// (within 2 ms of its first write, Agent::look_by) come and go, so that it
-/// does not place the next batch half-way through its posts. Rounds of a
-/// test that are slow to post (a sanitizer, a loaded machine) otherwise fell
-/// into step with those looks and never made a whole batch. (Bounded at
-/// 2 s; then 2 ms for the turn that took the look to end.)
+/// (within 2 ms of its first write, Agent::look_by) come and go before the
+/// next batch is posted. A look leaves a batch younger than 2 ms to its
+/// user (EndpointImpl::gather_look_due), but a round slow to post (a
+/// sanitizer, a loaded machine) can make its batch that old before the
+/// poll; before that rule, such rounds fell into step with the looks and
+/// never made a whole batch. (Bounded at 2 s; then 2 ms for the turn that
+/// took the look to end.)
 void let_agent_look(Pair& p) {
   const auto until = std::chrono::steady_clock::now() + 2s;
   while (p.iz.impl()->agent->looks_due() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
@@ -2415,6 +2417,65 @@ TEST(SameHostGather, ABatchLeftWaitingForAPollPausesGathering) {
   EXPECT_EQ(placed, 2u) << "writes posted during the pause were gathered";
   EXPECT_TRUE(target_written_up_to(*p, 2 * 4096, 0x32));
   EXPECT_EQ(collect(p->icq, 2).size(), 2u);
+}
+
+TEST(SameHostGather, ALookDueWhileAYoungerBatchWaitsLeavesItToTheUser) {
+  // A batch asks the agent to look at the endpoint 2 ms after its first
+  // write (Agent::look_by), in case its user stops polling; the user's poll
+  // placed it long before. When the look comes due while a younger batch is
+  // being gathered, that batch is its user's: the agent leaves it alone and
+  // looks again once it is 2 ms old (EndpointImpl::gather_look_due).
+  // Progressing the endpoint then, as it did, took the endpoint's lock from
+  // the posting user and placed part of a batch.
+  auto p = gathering_pair();
+  ASSERT_TRUE(direct_ready(p->iep)) << why_not(p->iep);
+  detail::EndpointImpl* ep = p->iep.impl().get();
+  const std::int64_t bound = std::chrono::nanoseconds(detail::kGatherBound).count();
+  auto now_ns = [] { return std::chrono::steady_clock::now().time_since_epoch().count(); };
+  bool seen = false;
+  for (int round = 0; round < 20 && !seen; ++round) {
+    const auto fill = static_cast<std::uint8_t>(0x60 + round);
+    const std::uint64_t cookie = 1000 + 10 * static_cast<std::uint64_t>(round);
+    // Batch A asks the look and is placed by the poll right after it.
+    if (!post_batch(*p, 2, fill, cookie)) continue;
+    const std::int64_t look = ep->gather_look_at.load();
+    if (look == 0 || now_ns() > look - 600'000) continue;  // no look asked, or too late to gather before it
+    // Batch B, gathered 0.5 ms before the look comes due, and not polled for.
+    std::this_thread::sleep_until(std::chrono::steady_clock::time_point(std::chrono::nanoseconds(look - 500'000)));
+    Completion none[1];
+    (void)p->icq.poll(none);  // claims the queue for 1 ms: only a look would place B meanwhile
+    const std::int64_t claimed = now_ns();
+    for (std::uint64_t i = 0; i < 2; ++i) {
+      Segment seg(p->lmr, i * 4096, 4096);
+      ASSERT_OK(p->iep.write({&seg, 1}, p->rr, i * 4096, cookie + 2 + i));
+    }
+    const std::int64_t since = ep->gather_since.load();
+    bool placed_young = false, asked_again = false;
+    if (since != 0 && since < look) {
+      // While the claim lasts: the look comes due and goes, B stays.
+      while (now_ns() < claimed + 900'000 && !asked_again) {
+        const std::int64_t s = ep->gather_since.load();
+        asked_again = ep->gather_look_at.load() == since + bound;
+        if (s != since) {
+          placed_young = now_ns() < since + bound;
+          break;
+        }
+        std::this_thread::sleep_for(20us);
+      }
+      EXPECT_FALSE(placed_young) << "the agent's look placed a batch gathered after it was asked, "
+                                 << (now_ns() - since) / 1000 << " us after its first write";
+      seen = asked_again && ep->gather_since.load() == since;
+    }
+    // B is placed without a poll (the look asked again, or the agent's
+    // sweep once the claim ended), at most a bound and a sweep later.
+    const auto until = std::chrono::steady_clock::now() + 2s;
+    while (ep->gather_since.load() != 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+    EXPECT_EQ(ep->gather_since.load(), 0) << "a gathered batch nobody polled for was not placed in 2 s";
+    EXPECT_EQ(collect(p->icq, 2).size(), 2u);
+    EXPECT_TRUE(target_written_up_to(*p, 2 * 4096, fill));
+  }
+  EXPECT_TRUE(seen) << "in 20 rounds the look never came due while a younger batch waited";
+  EXPECT_EQ(p->iep.state(), EndpointState::connected);
 }
 
 TEST(SameHostGather, EachLateBatchDoublesThePauseAndABatchPlacedInTimeEndsIt) {

@@ -380,6 +380,12 @@ void Agent::run() {
   // longer wakes whoever drives them, so the agent progresses them even when
   // a user drives them.
   std::vector<const EndpointImpl*> taken;
+  // Endpoints whose look asked through look_by is due (gathered writes):
+  // progressed only when a batch has waited the bound
+  // (EndpointImpl::gather_look_due), and looked at again (`redue`) when a
+  // younger batch waits.
+  std::vector<const EndpointImpl*> due_hits;
+  std::vector<std::pair<std::int64_t, const EndpointImpl*>> redue;
   // Endpoints whose same-host inbox was not idle at this turn's look.
   std::vector<const EndpointImpl*> rung_eps;
   std::vector<const void*> ring_busy;
@@ -483,7 +489,7 @@ void Agent::run() {
         std::size_t kept = 0;
         for (const auto& d : due_) {
           if (d.first <= now) {
-            fresh_.push_back(d.second);
+            due_hits.push_back(d.second);
             continue;
           }
           if (next == 0 || d.first < next) next = d.first;
@@ -493,6 +499,7 @@ void Agent::run() {
         next_due_.store(next, std::memory_order_seq_cst);
       }
       taken.insert(taken.end(), fresh_.begin(), fresh_.end());
+      std::sort(due_hits.begin(), due_hits.end());
       // Same-host inboxes with messages or a rung bell: looked at (a look
       // costs two loads per ring), and progressed unless a user drives
       // them. A spinning agent does not read its epoll set, so this is how
@@ -532,8 +539,19 @@ void Agent::run() {
         // drive every endpoint on it (decided at each sweep, below).
         if (w.queue != nullptr && !driven) queue_undriven.insert(w.queue);
         user_driven |= driven;
+        // Gathered writes whose user may have stopped polling: the agent's
+        // only when they waited the bound. A look at a batch its user is
+        // still posting to would take the endpoint's lock from that user
+        // (who then wakes the agent at each unlock while it waits) and
+        // place part of the batch.
+        bool gathered_late = false;
+        if (std::binary_search(due_hits.begin(), due_hits.end(), raw)) {
+          std::int64_t again = 0;
+          gathered_late = p->gather_look_due(now, again);
+          if (again != 0) redue.emplace_back(again, raw);
+        }
         // Work no descriptor announces any more is the agent's even then.
-        const bool has_work = p->owes_work.load(std::memory_order_relaxed) ||
+        const bool has_work = p->owes_work.load(std::memory_order_relaxed) || gathered_late ||
                               std::binary_search(taken.begin(), taken.end(), raw) || (rung && w.fd >= 0);
         // In a sweep, an endpoint on a shared queue the read did not report
         // has nothing waiting in the transport (the queue was read this
@@ -574,6 +592,7 @@ void Agent::run() {
         look.insert(look.end(), fired.begin(), fired.end());
         look.insert(look.end(), hot.begin(), hot.end());
         look.insert(look.end(), fresh_.begin(), fresh_.end());
+        look.insert(look.end(), due_hits.begin(), due_hits.end());
         std::sort(look.begin(), look.end());
         look.erase(std::unique(look.begin(), look.end()), look.end());
         for (const EndpointImpl* raw : look)
@@ -584,6 +603,16 @@ void Agent::run() {
         if (user_driven) next_sweep = std::min(next_sweep, now_tp + kSweepDriven);
       }
       fresh_.clear();
+      due_hits.clear();
+      // Looks asked again (gather_look_due): kept as look_by keeps them.
+      for (const auto& d : redue) {
+        due_.push_back(d);
+        std::int64_t cur = next_due_.load(std::memory_order_seq_cst);
+        while ((cur == 0 || d.first < cur) &&
+               !next_due_.compare_exchange_weak(cur, d.first, std::memory_order_seq_cst)) {
+        }
+      }
+      redue.clear();
       // An endpoint nobody drives on a queue left out of the set: the agent
       // listens to that queue again at once.
       for (auto* q : queue_undriven) {

@@ -23,9 +23,6 @@ constexpr std::uint64_t kGatherBytes = 16 * 1024 * 1024;
 // batch of them (1 MiB) is split over two threads (bench/README.md,
 // "Writes through a mapping gathered").
 constexpr std::uint64_t kMappedGather = 64 * 1024;
-// How long gathered writes may wait for their user's next poll before the
-// agent places them (the user stopped polling right after posting).
-constexpr std::chrono::milliseconds kGatherBound{2};
 // A batch a drive finds idle this long after its latest write pauses
 // gathering on the endpoint (note_gather_wait): a program that polls after
 // posting places its batches within microseconds; one that posts, then
@@ -377,9 +374,13 @@ bool EndpointImpl::try_direct(OpSlot& s, bool deferred_front) {
     // contending with that user for the endpoint's lock.
     send_cq->note_owing(*this);
     gather_last_post = now;
-    if (now >= gather_bound_asked && zone->agent->serves_others()) {
+    // Stored before the pending look is read, and the agent clears that
+    // look before it reads this (gather_look_due): the agent sees this
+    // batch, or this thread sees no look pending and asks one.
+    gather_since.store(now, std::memory_order_seq_cst);
+    if (now >= gather_look_at.load(std::memory_order_seq_cst) && zone->agent->serves_others()) {
       const std::chrono::steady_clock::time_point by{std::chrono::nanoseconds(now) + kGatherBound};
-      gather_bound_asked = by.time_since_epoch().count();
+      gather_look_at.store(by.time_since_epoch().count(), std::memory_order_seq_cst);
       zone->agent->look_by(this, by);
     }
     return true;
@@ -476,6 +477,23 @@ bool EndpointImpl::gatherable(const OpSlot& s, std::int64_t& now) const {
   return now >= gather_off_until && send_cq->claimed(now);
 }
 
+bool EndpointImpl::gather_look_due(std::int64_t now, std::int64_t& again) noexcept {
+  // No look pending from here on (the next batch asks one), then the
+  // batch: both sequentially consistent with the posting thread's store of
+  // the batch and read of the look (try_direct).
+  again = 0;
+  gather_look_at.store(0, std::memory_order_seq_cst);
+  const std::int64_t since = gather_since.load(std::memory_order_seq_cst);
+  if (since == 0) return false;  // placed already (the user's poll): nothing waits
+  const std::int64_t due = since + std::chrono::nanoseconds(kGatherBound).count();
+  if (now >= due) return true;
+  // A batch gathered since the look was asked, which the user's next poll
+  // places: looked at again once it is as old as the bound.
+  gather_look_at.store(due, std::memory_order_seq_cst);
+  again = due;
+  return false;
+}
+
 void EndpointImpl::note_gather_wait() {
   const std::int64_t now = steady_ns();
   if (now - gather_last_post < std::chrono::nanoseconds(kGatherLate).count()) {
@@ -537,6 +555,7 @@ void EndpointImpl::flush_gathered() {
   }
   const std::uint64_t bytes = gathered_bytes;  // the batch's writes (or reads) together
   gathered.clear();
+  gather_since.store(0, std::memory_order_relaxed);
   gathered_bytes = 0;
   gathered_writes = 0;
   std::size_t placed = 0;
@@ -656,6 +675,7 @@ void EndpointImpl::flush_all() {
     if (s.reported) release_slot(s.index);
   deferred.clear();
   gathered.clear();
+  gather_since.store(0, std::memory_order_relaxed);
   gathered_bytes = 0;
   gathered_writes = 0;
   unacked.clear();
