@@ -611,7 +611,8 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   bool closed REMORA_GUARDED_BY(mu) = false;
   // Gathered writes and the agent's bound on their wait, read by the agent
   // thread without `mu` (gather_look_due): the steady-clock time of the
-  // first write of the batch gathered now (0: none), and the time of the
+  // first write of the batch gathered now (0: none; also what gatherable
+  // and note_gather_wait read, under `mu`), and the time of the
   // look last asked of the agent (Agent::look_by; 0: none pending), asked
   // at most once per kGatherBound.
   std::atomic<std::int64_t> gather_since{0};
@@ -664,16 +665,14 @@ struct EndpointImpl : std::enable_shared_from_this<EndpointImpl> {
   std::atomic<std::uint64_t> direct_batched{0};
   std::atomic<std::uint64_t> flushes_joined{0};
   std::atomic<std::uint64_t> gathered_by_transport{0};
-  // Gathered writes that sat idle too long: when the batch's first write
-  // was posted (steady clock, ns; the writes joining it are posted
-  // microseconds later and take this time), and, once a drive found a batch
-  // that had waited kGatherLate or more since then (the program posted and went off
-  // to do something else, such as spin on memory the peer writes), no
-  // write is gathered until gather_off_until; each such batch doubles the
+  // Gathered writes that sat idle too long: once a drive found a batch
+  // that had waited kGatherLate or more since its first write
+  // (gather_since, whose time the writes joining it take) because the
+  // program posted and went off to do something else (such as spin on
+  // memory the peer writes), no write is gathered until gather_off_until; each such batch doubles the
   // pause (gather_off_for, kGatherOffMin to kGatherOffMax), a batch placed
   // in time ends the doubling (note_gather_wait). Late batches are counted
   // (tests look at it).
-  std::int64_t gather_last_post REMORA_GUARDED_BY(mu) = 0;
   std::int64_t gather_off_until REMORA_GUARDED_BY(mu) = 0;
   std::int64_t gather_off_for REMORA_GUARDED_BY(mu) = 0;
   std::atomic<std::uint64_t> gathers_late{0};

@@ -373,7 +373,6 @@ bool EndpointImpl::try_direct(OpSlot& s, bool deferred_front) {
     // owes_work: that would have the agent progress it at every look too,
     // contending with that user for the endpoint's lock.
     send_cq->note_owing(*this);
-    gather_last_post = now;
     // Stored before the pending look is read, and the agent clears that
     // look before it reads this (gather_look_due): the agent sees this
     // batch, or this thread sees no look pending and asks one.
@@ -473,7 +472,7 @@ bool EndpointImpl::gatherable(const OpSlot& s, std::int64_t& now) const {
   // microseconds before (a batch is placed within kGatherBound of it even
   // if no poll comes): one clock read per batch rather than per write (55 ns
   // each on the host of bench/README.md, "One clock read per batch").
-  now = gathered.empty() ? steady_ns() : gather_last_post;
+  now = gathered.empty() ? steady_ns() : gather_since.load(std::memory_order_relaxed);
   return now >= gather_off_until && send_cq->claimed(now);
 }
 
@@ -496,7 +495,7 @@ bool EndpointImpl::gather_look_due(std::int64_t now, std::int64_t& again) noexce
 
 void EndpointImpl::note_gather_wait() {
   const std::int64_t now = steady_ns();
-  if (now - gather_last_post < std::chrono::nanoseconds(kGatherLate).count()) {
+  if (now - gather_since.load(std::memory_order_relaxed) < std::chrono::nanoseconds(kGatherLate).count()) {
     gather_off_for = 0;
     return;
   }
