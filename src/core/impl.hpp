@@ -1090,6 +1090,9 @@ class Agent : public std::enable_shared_from_this<Agent> {
   std::vector<std::pair<std::int64_t, const EndpointImpl*>> due_ REMORA_GUARDED_BY(mu_);
   std::atomic<std::int64_t> next_due_{0};
   std::atomic<std::int64_t> asleep_until_{0};
+  /// Make `at` the next due look if it is earlier than the one there (or
+  /// there is none): true when it was.
+  bool lower_next_due(std::int64_t at) noexcept;
   // Same-host inboxes of the zone's endpoints (watch_ring), kept alive here
   // so that a turn can look at them without the endpoints' locks, and
   // whether the bell is in the epoll set (it leaves it while a user drives

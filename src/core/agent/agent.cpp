@@ -187,14 +187,17 @@ void Agent::look_by(const EndpointImpl* ep, std::chrono::steady_clock::time_poin
     MutexLock lock(mu_);
     due_.emplace_back(at, ep);
   }
-  std::int64_t cur = next_due_.load(std::memory_order_seq_cst);
-  while (cur == 0 || at < cur) {
-    if (next_due_.compare_exchange_weak(cur, at, std::memory_order_seq_cst)) {
-      const std::int64_t sleep_end = asleep_until_.load(std::memory_order_seq_cst);
-      if (sleep_end != 0 && sleep_end > at) wake();
-      break;
-    }
+  if (lower_next_due(at)) {
+    const std::int64_t sleep_end = asleep_until_.load(std::memory_order_seq_cst);
+    if (sleep_end != 0 && sleep_end > at) wake();
   }
+}
+
+bool Agent::lower_next_due(std::int64_t at) noexcept {
+  std::int64_t cur = next_due_.load(std::memory_order_seq_cst);
+  while (cur == 0 || at < cur)
+    if (next_due_.compare_exchange_weak(cur, at, std::memory_order_seq_cst)) return true;
+  return false;
 }
 
 void Agent::look_at(const EndpointImpl* ep) {
@@ -607,10 +610,7 @@ void Agent::run() {
       // Looks asked again (gather_look_due): kept as look_by keeps them.
       for (const auto& d : redue) {
         due_.push_back(d);
-        std::int64_t cur = next_due_.load(std::memory_order_seq_cst);
-        while ((cur == 0 || d.first < cur) &&
-               !next_due_.compare_exchange_weak(cur, d.first, std::memory_order_seq_cst)) {
-        }
+        (void)lower_next_due(d.first);
       }
       redue.clear();
       // An endpoint nobody drives on a queue left out of the set: the agent
