@@ -2442,9 +2442,11 @@ TEST(SameHostGather, ALookDueWhileAYoungerBatchWaitsLeavesItToTheUser) {
     if (look == 0 || now_ns() > look - 600'000) continue;  // no look asked, or too late to gather before it
     // Batch B, gathered 0.5 ms before the look comes due, and not polled for.
     std::this_thread::sleep_until(std::chrono::steady_clock::time_point(std::chrono::nanoseconds(look - 500'000)));
-    Completion none[1];
-    (void)p->icq.poll(none);  // claims the queue for 1 ms: only a look would place B meanwhile
+    // The poll claims the queue for 1 ms from a time no earlier than
+    // `claimed`: until then only a look would place B.
     const std::int64_t claimed = now_ns();
+    Completion none[1];
+    (void)p->icq.poll(none);
     for (std::uint64_t i = 0; i < 2; ++i) {
       Segment seg(p->lmr, i * 4096, 4096);
       ASSERT_OK(p->iep.write({&seg, 1}, p->rr, i * 4096, cookie + 2 + i));
